@@ -1,0 +1,100 @@
+//! The single error type of the HTTP API, mapped to status codes in one place
+//! (CONTRACT §1.7). Every error body is `{"reason": ...}`.
+
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use heddle_proto::ProtoError;
+use heddle_proto::time::Micros;
+use heddle_store::StoreError;
+use serde_json::json;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    /// A batch item that is invalid on its own: 422 makes the SDK bisect the batch and drop
+    /// only the bad item instead of the whole batch.
+    #[error("{0}")]
+    BadItem(String),
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    Forbidden(String),
+    #[error("{0}")]
+    NotFound(String),
+    /// 404 that tells the SDK the thing was deleted (it stops retrying).
+    #[error("{reason}")]
+    Deleted { reason: String, deleted_at: Micros },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("{0}")]
+    Overloaded(String),
+    #[error("{0}")]
+    Internal(String),
+}
+
+impl ApiError {
+    pub fn bad_request(msg: impl Into<String>) -> Self {
+        ApiError::BadRequest(msg.into())
+    }
+
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::BadRequest(_) => StatusCode::BAD_REQUEST,
+            ApiError::BadItem(_) => StatusCode::UNPROCESSABLE_ENTITY,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::Forbidden(_) => StatusCode::FORBIDDEN,
+            ApiError::NotFound(_) | ApiError::Deleted { .. } => StatusCode::NOT_FOUND,
+            ApiError::Conflict(_) => StatusCode::CONFLICT,
+            ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+}
+
+impl From<ProtoError> for ApiError {
+    fn from(e: ProtoError) -> Self {
+        match e {
+            ProtoError::Invalid(m) => ApiError::BadRequest(m),
+            ProtoError::Forbidden(m) => ApiError::Forbidden(m),
+            e @ ProtoError::DigestMismatch { .. } => ApiError::Conflict(e.to_string()),
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::NotFound(m) => ApiError::NotFound(m),
+            e @ StoreError::Deleted { .. } => {
+                let StoreError::Deleted { deleted_at, .. } = e else { unreachable!() };
+                ApiError::Deleted { reason: e.to_string(), deleted_at }
+            }
+            StoreError::Overloaded => ApiError::Overloaded(e.to_string()),
+            StoreError::Backend(m) => ApiError::Internal(m),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if status.is_server_error() {
+            tracing::error!(status = status.as_u16(), error = %self, "request failed");
+        }
+        let body = match &self {
+            ApiError::Deleted { reason, deleted_at } => {
+                json!({"reason": reason, "deleted_at": deleted_at})
+            }
+            other => json!({"reason": other.to_string()}),
+        };
+        let mut resp = (status, axum::Json(body)).into_response();
+        if matches!(self, ApiError::Overloaded(_)) {
+            resp.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        resp
+    }
+}

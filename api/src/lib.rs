@@ -1,0 +1,12 @@
+//! HTTP plumbing shared by the ingest and query roles: the one error type and its mapping to
+//! status codes, API-key authentication, and request extractors with clear 4xx answers.
+
+pub mod auth;
+pub mod error;
+pub mod extract;
+pub mod state;
+
+pub use auth::{Auth, Principal};
+pub use error::ApiError;
+pub use extract::Json;
+pub use state::AppState;

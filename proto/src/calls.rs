@@ -1,0 +1,665 @@
+//! Calls: request bodies as the SDK sends them (CONTRACT §5, §14.1–14.2), the normalised
+//! [`CallPart`] every write path produces, the [`Call`] row every read path returns, and the
+//! field catalog of the query language.
+
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
+use crate::ProtoError;
+use crate::ids::{ProjectId, new_call_id};
+use crate::query::{Catalog, SortBy, ValueType, split_path};
+use crate::time::Micros;
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct StartedCall {
+    pub project_id: ProjectId,
+    pub id: Option<String>,
+    pub trace_id: Option<String>,
+    pub op_name: String,
+    pub display_name: Option<String>,
+    pub parent_id: Option<String>,
+    pub thread_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub started_at: Micros,
+    pub attributes: Option<Map<String, Value>>,
+    pub inputs: Option<Map<String, Value>>,
+    pub otel_dump: Option<Value>,
+    pub wb_run_id: Option<String>,
+    pub wb_run_step: Option<i64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct EndedCall {
+    pub project_id: ProjectId,
+    pub id: String,
+    pub ended_at: Micros,
+    pub summary: Option<Map<String, Value>>,
+    pub output: Option<Value>,
+    pub exception: Option<String>,
+    pub trace_id: Option<String>,
+    pub wb_run_step_end: Option<i64>,
+}
+
+/// One item of `/v2/{entity}/{project}/calls/complete`: start and end flattened.
+#[derive(Debug, Clone, Deserialize)]
+pub struct CompleteCall {
+    #[serde(flatten)]
+    pub start: StartedCall,
+    pub ended_at: Micros,
+    pub summary: Option<Map<String, Value>>,
+    pub output: Option<Value>,
+    pub exception: Option<String>,
+    pub wb_run_step_end: Option<i64>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CallStartReq {
+    pub start: StartedCall,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CallEndReq {
+    pub end: EndedCall,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CallsCompleteReq {
+    pub batch: Vec<CompleteCall>,
+}
+
+/// An `/call/upsert_batch` item; `mode` may be omitted, then the key present decides.
+#[derive(Debug, Deserialize)]
+pub struct UpsertItem {
+    pub mode: Option<String>,
+    pub req: UpsertReq,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct UpsertReq {
+    pub start: Option<StartedCall>,
+    pub end: Option<EndedCall>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct UpsertBatchReq {
+    pub batch: Vec<UpsertItem>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CallStartRes {
+    pub id: String,
+    pub trace_id: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CallsDeleteReq {
+    pub project_id: ProjectId,
+    pub call_ids: Vec<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CallUpdateReq {
+    pub project_id: ProjectId,
+    pub call_id: String,
+    pub display_name: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CallReadReq {
+    pub project_id: ProjectId,
+    pub id: String,
+}
+
+/// CONTRACT §5.10. Lists are OR, fields are AND; `None` means no constraint.
+#[derive(Debug, Clone, Default, Deserialize)]
+pub struct CallsFilter {
+    pub op_names: Option<Vec<String>>,
+    pub input_refs: Option<Vec<String>>,
+    pub output_refs: Option<Vec<String>>,
+    pub parent_ids: Option<Vec<String>>,
+    pub trace_ids: Option<Vec<String>>,
+    pub call_ids: Option<Vec<String>>,
+    pub thread_ids: Option<Vec<String>>,
+    pub turn_ids: Option<Vec<String>>,
+    pub wb_user_ids: Option<Vec<String>>,
+    pub wb_run_ids: Option<Vec<String>>,
+    pub trace_roots_only: Option<bool>,
+}
+
+/// The body of `/calls/stream_query` and `/calls/query_stats` (the latter ignores sorting,
+/// paging and projection).
+#[derive(Debug, Clone, Deserialize)]
+pub struct CallsQueryReq {
+    pub project_id: ProjectId,
+    pub filter: Option<CallsFilter>,
+    pub query: Option<crate::query::Query>,
+    pub sort_by: Option<Vec<SortBy>>,
+    pub limit: Option<i64>,
+    pub offset: Option<i64>,
+    pub columns: Option<Vec<String>>,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The normalised write record
+
+/// The start half of a call, validated, with JSON members already serialised.
+#[derive(Debug, Clone, PartialEq)]
+pub struct StartPart {
+    pub op_name: String,
+    pub display_name: Option<String>,
+    pub parent_id: Option<String>,
+    pub thread_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub started_at: Micros,
+    pub attributes: String,
+    pub inputs: String,
+    pub otel_dump: Option<String>,
+    pub wb_user_id: Option<String>,
+    pub wb_run_id: Option<String>,
+    pub wb_run_step: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct EndPart {
+    pub ended_at: Micros,
+    pub summary: String,
+    pub output: Option<String>,
+    pub exception: Option<String>,
+    pub wb_run_step_end: Option<i64>,
+}
+
+/// What every write path (HTTP call endpoints, OTLP, Kafka) hands to storage: one call's
+/// start, end, or both. Applying parts is an upsert by `(project, id)`, commutative across
+/// halves and idempotent within one, which is what makes any arrival order and any number of
+/// retries converge to the same call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CallPart {
+    pub project: ProjectId,
+    pub id: String,
+    pub trace_id: Option<String>,
+    pub start: Option<StartPart>,
+    pub end: Option<EndPart>,
+}
+
+/// Call ids are opaque strings, but bounded and printable.
+fn check_id(what: &str, id: &str) -> Result<(), ProtoError> {
+    if id.is_empty() || id.len() > 256 || id.chars().any(char::is_control) {
+        return Err(ProtoError::invalid(format!("invalid {what} {id:?}")));
+    }
+    Ok(())
+}
+
+fn check_opt_id(what: &str, id: &Option<String>) -> Result<(), ProtoError> {
+    id.as_deref().map_or(Ok(()), |id| check_id(what, id))
+}
+
+fn to_json<T: Serialize>(v: &T) -> String {
+    serde_json::to_string(v).expect("JSON values always serialise")
+}
+
+impl StartedCall {
+    /// Validates and normalises; generates the id and trace id when absent (CONTRACT §5.1).
+    pub fn into_part(self, wb_user_id: Option<&str>) -> Result<CallPart, ProtoError> {
+        let id = self.id.filter(|s| !s.is_empty()).unwrap_or_else(new_call_id);
+        let trace_id = self.trace_id.filter(|s| !s.is_empty()).unwrap_or_else(new_call_id);
+        check_id("call id", &id)?;
+        check_id("trace id", &trace_id)?;
+        check_opt_id("parent id", &self.parent_id)?;
+        if self.op_name.is_empty() {
+            return Err(ProtoError::invalid("op_name must not be empty"));
+        }
+        Ok(CallPart {
+            project: self.project_id,
+            id,
+            trace_id: Some(trace_id),
+            start: Some(StartPart {
+                op_name: self.op_name,
+                display_name: self.display_name,
+                parent_id: self.parent_id.filter(|p| !p.is_empty()),
+                thread_id: self.thread_id,
+                turn_id: self.turn_id,
+                started_at: self.started_at,
+                attributes: to_json(&self.attributes.unwrap_or_default()),
+                inputs: to_json(&self.inputs.unwrap_or_default()),
+                otel_dump: self.otel_dump.filter(|v| !v.is_null()).map(|v| to_json(&v)),
+                wb_user_id: wb_user_id.map(str::to_owned),
+                wb_run_id: self.wb_run_id,
+                wb_run_step: self.wb_run_step,
+            }),
+            end: None,
+        })
+    }
+}
+
+fn end_part(
+    ended_at: Micros,
+    summary: Option<Map<String, Value>>,
+    output: Option<Value>,
+    exception: Option<String>,
+    wb_run_step_end: Option<i64>,
+) -> EndPart {
+    EndPart {
+        ended_at,
+        summary: to_json(&summary.unwrap_or_default()),
+        output: output.filter(|v| !v.is_null()).map(|v| to_json(&v)),
+        exception,
+        wb_run_step_end,
+    }
+}
+
+impl EndedCall {
+    pub fn into_part(self) -> Result<CallPart, ProtoError> {
+        check_id("call id", &self.id)?;
+        check_opt_id("trace id", &self.trace_id)?;
+        Ok(CallPart {
+            project: self.project_id,
+            id: self.id,
+            trace_id: self.trace_id.filter(|s| !s.is_empty()),
+            start: None,
+            end: Some(end_part(
+                self.ended_at,
+                self.summary,
+                self.output,
+                self.exception,
+                self.wb_run_step_end,
+            )),
+        })
+    }
+}
+
+impl CompleteCall {
+    pub fn into_part(self, wb_user_id: Option<&str>) -> Result<CallPart, ProtoError> {
+        let mut part = self.start.into_part(wb_user_id)?;
+        part.end = Some(end_part(
+            self.ended_at,
+            self.summary,
+            self.output,
+            self.exception,
+            self.wb_run_step_end,
+        ));
+        Ok(part)
+    }
+}
+
+impl UpsertItem {
+    pub fn into_part(self, wb_user_id: Option<&str>) -> Result<CallPart, ProtoError> {
+        match (self.mode.as_deref(), self.req.start, self.req.end) {
+            (Some("start") | None, Some(start), None) => start.into_part(wb_user_id),
+            (Some("end") | None, None, Some(end)) => end.into_part(),
+            (mode, _, _) => Err(ProtoError::invalid(format!(
+                "upsert_batch item must carry exactly one of req.start / req.end matching mode \
+                 (mode {mode:?})"
+            ))),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The read record
+
+/// A call row as returned by `/call/read` and `/calls/stream_query` (CONTRACT §5.9). Stored JSON
+/// members pass through as raw text; only `summary` is rebuilt (derived `weave` block).
+#[derive(Debug, Serialize)]
+pub struct Call {
+    pub id: String,
+    pub project_id: ProjectId,
+    pub op_name: String,
+    pub display_name: Option<String>,
+    pub trace_id: String,
+    pub parent_id: Option<String>,
+    pub thread_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub started_at: Micros,
+    pub ended_at: Option<Micros>,
+    pub attributes: Box<RawValue>,
+    pub inputs: Box<RawValue>,
+    pub output: Option<Box<RawValue>>,
+    pub exception: Option<String>,
+    pub summary: Value,
+    pub otel_dump: Option<Box<RawValue>>,
+    pub wb_user_id: Option<String>,
+    pub wb_username: Option<String>,
+    pub wb_run_id: Option<String>,
+    pub wb_run_step: Option<i64>,
+    pub wb_run_step_end: Option<i64>,
+    pub deleted_at: Option<Micros>,
+    pub expire_at: Option<Micros>,
+    pub storage_size_bytes: Option<i64>,
+    pub total_storage_size_bytes: Option<i64>,
+}
+
+/// `summary.weave.status` (CONTRACT §5.9).
+pub fn derive_status(exception: bool, ended: bool, summary: &Value) -> &'static str {
+    let errors = summary.pointer("/status_counts/error").and_then(Value::as_f64).unwrap_or(0.0);
+    if exception {
+        "error"
+    } else if !ended {
+        "running"
+    } else if errors > 0.0 {
+        "descendant_error"
+    } else {
+        "success"
+    }
+}
+
+/// `summary.weave.trace_name`'s op part: the name between `/op/` and `:` of an op ref, or the
+/// raw op name when it is not a ref.
+pub fn op_display_name(op_name: &str) -> &str {
+    if let Some(rest) = op_name.strip_prefix("weave:///") {
+        if let Some(idx) = rest.find("/op/") {
+            let name = &rest[idx + 4..];
+            return name.split(':').next().unwrap_or(name);
+        }
+    }
+    op_name
+}
+
+/// Recomputes the derived keys of `summary.weave`, keeping the user's other keys.
+pub fn derive_summary(
+    stored: Option<&str>,
+    display_name: Option<&str>,
+    op_name: &str,
+    started_at: Micros,
+    ended_at: Option<Micros>,
+    exception: bool,
+) -> Value {
+    let mut summary = stored
+        .and_then(|s| serde_json::from_str::<Value>(s).ok())
+        .filter(Value::is_object)
+        .unwrap_or_else(|| Value::Object(Map::new()));
+    let status = derive_status(exception, ended_at.is_some(), &summary);
+    let obj = summary.as_object_mut().expect("checked is_object");
+    let weave = obj.entry("weave").or_insert_with(|| Value::Object(Map::new()));
+    if !weave.is_object() {
+        *weave = Value::Object(Map::new());
+    }
+    let weave = weave.as_object_mut().expect("just made an object");
+    weave.insert("status".into(), status.into());
+    match ended_at {
+        Some(end) => weave.insert("latency_ms".into(), ((end.0 - started_at.0) / 1000).into()),
+        None => weave.remove("latency_ms"),
+    };
+    let trace_name = match display_name {
+        Some(d) if !d.is_empty() => d,
+        _ => op_display_name(op_name),
+    };
+    weave.insert("trace_name".into(), trace_name.into());
+    match display_name {
+        Some(d) if !d.is_empty() => weave.insert("display_name".into(), d.into()),
+        _ => weave.remove("display_name"),
+    };
+    summary
+}
+
+// ---------------------------------------------------------------------------------------------
+// Field catalog
+
+/// Plain columns of a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallColumn {
+    Id,
+    ProjectId,
+    OpName,
+    DisplayName,
+    TraceId,
+    ParentId,
+    ThreadId,
+    TurnId,
+    Exception,
+    WbUserId,
+    WbRunId,
+    WbRunStep,
+    WbRunStepEnd,
+    StartedAt,
+    EndedAt,
+    DeletedAt,
+}
+
+impl CallColumn {
+    fn parse(name: &str) -> Option<CallColumn> {
+        use CallColumn::*;
+        Some(match name {
+            "id" => Id,
+            "project_id" => ProjectId,
+            "op_name" => OpName,
+            "display_name" => DisplayName,
+            "trace_id" => TraceId,
+            "parent_id" => ParentId,
+            "thread_id" => ThreadId,
+            "turn_id" => TurnId,
+            "exception" => Exception,
+            "wb_user_id" => WbUserId,
+            "wb_run_id" => WbRunId,
+            "wb_run_step" => WbRunStep,
+            "wb_run_step_end" => WbRunStepEnd,
+            "started_at" => StartedAt,
+            "ended_at" => EndedAt,
+            "deleted_at" => DeletedAt,
+            _ => return None,
+        })
+    }
+
+    pub fn value_type(self) -> ValueType {
+        use CallColumn::*;
+        match self {
+            WbRunStep | WbRunStepEnd => ValueType::Int,
+            StartedAt | EndedAt | DeletedAt => ValueType::Timestamp,
+            _ => ValueType::String,
+        }
+    }
+}
+
+/// The JSON members of a call that paths can reach into.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonRoot {
+    Inputs,
+    Output,
+    Attributes,
+    Summary,
+}
+
+/// A `$getField` / `sort_by.field` name of the calls catalog, resolved.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallField {
+    Column(CallColumn),
+    /// A path into a JSON member; string semantics (CONTRACT §2). Empty path = the member.
+    Json(JsonRoot, Vec<String>),
+    Status,
+    LatencyMs,
+    TraceName,
+}
+
+pub struct CallCatalog;
+
+impl Catalog for CallCatalog {
+    type Field = CallField;
+
+    fn resolve(&self, name: &str) -> Result<(CallField, ValueType), ProtoError> {
+        if let Some(col) = CallColumn::parse(name) {
+            return Ok((CallField::Column(col), col.value_type()));
+        }
+        let field = match name {
+            "summary.weave.status" => return Ok((CallField::Status, ValueType::String)),
+            "summary.weave.latency_ms" => return Ok((CallField::LatencyMs, ValueType::Int)),
+            "summary.weave.trace_name" => return Ok((CallField::TraceName, ValueType::String)),
+            "storage_size_bytes" | "total_storage_size_bytes" => {
+                return Err(ProtoError::Forbidden(format!("field {name:?} is not filterable")));
+            }
+            _ => {
+                let mut segs = split_path(name);
+                let root = match segs[0].as_str() {
+                    "inputs" if segs.len() > 1 => JsonRoot::Inputs,
+                    "output" => JsonRoot::Output,
+                    "attributes" if segs.len() > 1 => JsonRoot::Attributes,
+                    "summary" if segs.len() > 1 => JsonRoot::Summary,
+                    "feedback" => {
+                        return Err(ProtoError::invalid(format!(
+                            "feedback fields are not supported by this server yet: {name:?}"
+                        )));
+                    }
+                    _ => return Err(ProtoError::invalid(format!("unknown call field {name:?}"))),
+                };
+                if segs.iter().skip(1).any(|s| s.is_empty() || s.contains(['"', '\\'])) {
+                    return Err(ProtoError::invalid(format!(
+                        "invalid path {name:?}: segments must be non-empty, without '\"' or '\\'"
+                    )));
+                }
+                segs.remove(0);
+                CallField::Json(root, segs)
+            }
+        };
+        Ok((field, ValueType::String))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn trace_name_from_op_refs() {
+        assert_eq!(op_display_name("weave:///e/p/op/my_op:abc"), "my_op");
+        assert_eq!(op_display_name("weave:///e/p/op/my_op"), "my_op");
+        assert_eq!(op_display_name("plain.name"), "plain.name");
+    }
+
+    #[test]
+    fn derived_status_rules() {
+        let s = json!({"status_counts": {"error": 1}});
+        assert_eq!(derive_status(true, true, &s), "error");
+        assert_eq!(derive_status(false, false, &s), "running");
+        assert_eq!(derive_status(false, true, &s), "descendant_error");
+        assert_eq!(derive_status(false, true, &json!({})), "success");
+    }
+
+    #[test]
+    fn derived_summary_keeps_user_keys() {
+        let s = derive_summary(
+            Some(r#"{"weave": {"views": 1, "status": "bogus"}, "usage": {}}"#),
+            None,
+            "weave:///e/p/op/f:d",
+            Micros(1_000_000),
+            Some(Micros(1_250_000)),
+            false,
+        );
+        assert_eq!(
+            s,
+            json!({"weave": {"views": 1, "status": "success", "latency_ms": 250, "trace_name": "f"},
+                   "usage": {}})
+        );
+    }
+
+    #[test]
+    fn catalog_resolves_fields() {
+        let c = CallCatalog;
+        assert_eq!(c.resolve("started_at").unwrap().1, ValueType::Timestamp);
+        assert_eq!(
+            c.resolve("inputs.a.0").unwrap().0,
+            CallField::Json(JsonRoot::Inputs, vec!["a".into(), "0".into()])
+        );
+        assert_eq!(c.resolve("output").unwrap().0, CallField::Json(JsonRoot::Output, vec![]));
+        assert_eq!(c.resolve("summary.weave.status").unwrap().0, CallField::Status);
+        assert!(matches!(c.resolve("storage_size_bytes"), Err(ProtoError::Forbidden(_))));
+        for bad in ["inputs", "nope", "inputs..a", "feedback.[x].payload"] {
+            assert!(matches!(c.resolve(bad), Err(ProtoError::Invalid(_))), "{bad}");
+        }
+    }
+
+    #[test]
+    fn parts_from_requests() {
+        let start: StartedCall = serde_json::from_value(json!({
+            "project_id": "e/p", "id": null, "op_name": "f", "started_at": "2026-01-01T00:00:00Z",
+            "attributes": {}, "inputs": {"x": 1}, "unknown_key": 5, "parent_id": null
+        }))
+        .unwrap();
+        let part = start.into_part(Some("u")).unwrap();
+        assert_eq!(part.id.len(), 36);
+        assert!(part.trace_id.is_some());
+        assert_eq!(part.start.unwrap().inputs, r#"{"x":1}"#);
+
+        let item: UpsertItem = serde_json::from_value(json!({
+            "req": {"end": {"project_id": "e/p", "id": "c", "ended_at": "2026-01-01T00:00:00Z",
+                            "summary": {}, "output": null}}
+        }))
+        .unwrap();
+        let part = item.into_part(None).unwrap();
+        assert_eq!(part.end.unwrap().output, None);
+
+        let both: UpsertItem = serde_json::from_value(json!({"mode": "end", "req": {}})).unwrap();
+        assert!(both.into_part(None).is_err());
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Validated query
+
+/// A calls query after validation: fields resolved, types checked, paging bounded. Storage
+/// backends render this; they never see the raw request.
+#[derive(Debug, Clone)]
+pub struct CallsQuery {
+    pub project: ProjectId,
+    pub filter: CallsFilter,
+    pub expr: Option<crate::query::TExpr<CallField>>,
+    /// Always ends with `id` so paging is deterministic.
+    pub sort: Vec<(CallField, crate::query::Direction)>,
+    pub limit: Option<u64>,
+    pub offset: u64,
+    /// Which large JSON members to return; `None` = all.
+    pub columns: Option<Columns>,
+}
+
+/// The large members a projection can leave out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Columns {
+    pub inputs: bool,
+    pub output: bool,
+    pub attributes: bool,
+    pub otel_dump: bool,
+}
+
+impl CallsQueryReq {
+    pub fn validate(self) -> Result<CallsQuery, ProtoError> {
+        use crate::query::Direction;
+        let expr = self.query.as_ref().map(|q| q.typed(&CallCatalog)).transpose()?;
+        let mut sort = Vec::new();
+        for s in self.sort_by.unwrap_or_default() {
+            let (field, _) = CallCatalog.resolve(&s.field)?;
+            sort.push((field, s.direction));
+        }
+        if sort.is_empty() {
+            sort.push((CallField::Column(CallColumn::StartedAt), Direction::Asc));
+        }
+        if !sort.iter().any(|(f, _)| *f == CallField::Column(CallColumn::Id)) {
+            sort.push((CallField::Column(CallColumn::Id), Direction::Asc));
+        }
+        let non_negative = |what: &str, v: Option<i64>| match v {
+            Some(n) if n < 0 => Err(ProtoError::invalid(format!("{what} must be >= 0, got {n}"))),
+            v => Ok(v.map(|n| n as u64)),
+        };
+        let columns = self.columns.map(|cols| {
+            let has =
+                |name: &str| cols.iter().any(|c| c == name || c.split('.').next() == Some(name));
+            Columns {
+                inputs: has("inputs"),
+                output: has("output"),
+                attributes: has("attributes"),
+                otel_dump: has("otel_dump"),
+            }
+        });
+        Ok(CallsQuery {
+            project: self.project_id,
+            filter: self.filter.unwrap_or_default(),
+            expr,
+            sort,
+            limit: non_negative("limit", self.limit)?,
+            offset: non_negative("offset", self.offset)?.unwrap_or(0),
+            columns,
+        })
+    }
+}

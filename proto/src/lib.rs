@@ -1,0 +1,14 @@
+//! heddle's wire vocabulary: the request/response types of the Weave trace-server API, the
+//! query-language AST, refs and digests. Pure code with no I/O, shared by every role and backend.
+
+pub mod calls;
+pub mod canonical;
+pub mod digest;
+pub mod error;
+pub mod ids;
+pub mod objects;
+pub mod query;
+pub mod time;
+
+pub use error::ProtoError;
+pub use ids::ProjectId;

@@ -1,0 +1,129 @@
+//! Call reads (`/call/read`, `/calls/stream_query`, `/calls/query_stats`) and the call writes
+//! that answer immediately (`/call/update`, `/calls/delete`).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use bytes::Bytes;
+use futures::StreamExt;
+use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_proto::calls::{CallReadReq, CallUpdateReq, CallsDeleteReq, CallsFilter, CallsQueryReq};
+use serde_json::{Value, json};
+
+/// Most call ids one delete may name (the real server answers 413 above this).
+pub const MAX_DELETE_IDS: usize = 1000;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/call/read", post(read))
+        .route("/calls/stream_query", post(stream_query))
+        .route("/calls/query_stats", post(query_stats))
+        .route("/call/update", post(update))
+        .route("/calls/delete", post(delete))
+}
+
+async fn read(
+    State(state): State<Arc<AppState>>,
+    who: Principal,
+    Json(req): Json<CallReadReq>,
+) -> Result<axum::Json<Value>, ApiError> {
+    who.check(&req.project_id)?;
+    let q = CallsQueryReq {
+        project_id: req.project_id,
+        filter: Some(CallsFilter { call_ids: Some(vec![req.id]), ..Default::default() }),
+        query: None,
+        sort_by: None,
+        limit: Some(1),
+        offset: None,
+        columns: None,
+    };
+    let mut rows = state.store.query_calls(q.validate()?).await?;
+    let call = rows.next().await.transpose()?;
+    Ok(axum::Json(json!({ "call": call })))
+}
+
+/// Rows are serialised as they come and grouped into chunks of what is ready, so a large
+/// result streams with bounded memory and without one write per row.
+async fn stream_query(
+    State(state): State<Arc<AppState>>,
+    headers: HeaderMap,
+    who: Principal,
+    Json(req): Json<CallsQueryReq>,
+) -> Result<Response, ApiError> {
+    who.check(&req.project_id)?;
+    let mut rows = state.store.query_calls(req.validate()?).await?;
+    // Errors must become a status before the first byte (CONTRACT §3): look at the first row.
+    let first = rows.next().await.transpose()?;
+    let lines = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256).map(|batch| {
+        let mut buf = Vec::with_capacity(batch.len() * 512);
+        for row in batch {
+            match row {
+                Ok(call) => {
+                    serde_json::to_writer(&mut buf, &call).map_err(std::io::Error::other)?;
+                    buf.push(b'\n');
+                }
+                // Past the first byte the only way to signal an error is to cut the body.
+                Err(e) => {
+                    tracing::error!(error = %e, "calls stream failed mid-way");
+                    return Err(std::io::Error::other(e.to_string()));
+                }
+            }
+        }
+        Ok::<_, std::io::Error>(Bytes::from(buf))
+    });
+    let content_type = match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
+        Some(a) if a.contains("ndjson") => "application/x-ndjson",
+        _ => "application/jsonl",
+    };
+    let mut resp = Body::from_stream(lines).into_response();
+    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+    Ok(resp)
+}
+
+async fn query_stats(
+    State(state): State<Arc<AppState>>,
+    who: Principal,
+    Json(req): Json<CallsQueryReq>,
+) -> Result<axum::Json<Value>, ApiError> {
+    who.check(&req.project_id)?;
+    let q = req.validate()?;
+    let count = state.store.count_calls(q).await?;
+    Ok(axum::Json(json!({ "count": count, "total_storage_size_bytes": null })))
+}
+
+async fn update(
+    State(state): State<Arc<AppState>>,
+    who: Principal,
+    Json(req): Json<CallUpdateReq>,
+) -> Result<axum::Json<Value>, ApiError> {
+    who.check(&req.project_id)?;
+    let name = req
+        .display_name
+        .ok_or_else(|| ApiError::bad_request("display_name is required (\"\" clears it)"))?;
+    if req.call_id.is_empty() {
+        return Err(ApiError::bad_request("call_id must not be empty"));
+    }
+    state.store.set_call_display_name(&req.project_id, &req.call_id, &name).await?;
+    Ok(axum::Json(json!({})))
+}
+
+async fn delete(
+    State(state): State<Arc<AppState>>,
+    who: Principal,
+    Json(req): Json<CallsDeleteReq>,
+) -> Result<axum::Json<Value>, ApiError> {
+    who.check(&req.project_id)?;
+    if req.call_ids.len() > MAX_DELETE_IDS {
+        return Err(ApiError::TooLarge(format!(
+            "at most {MAX_DELETE_IDS} call ids per delete, got {}",
+            req.call_ids.len()
+        )));
+    }
+    let n = state.store.delete_calls(&req.project_id, &req.call_ids).await?;
+    Ok(axum::Json(json!({ "num_deleted": n })))
+}

@@ -1,0 +1,27 @@
+//! The query role: every endpoint that reads, plus the low-volume writes whose answer must
+//! reflect them immediately (call update/delete, objects, files).
+
+use std::sync::Arc;
+
+use axum::Router;
+use heddle_api::AppState;
+
+mod calls;
+mod files;
+mod graphql;
+mod objects;
+mod service;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .merge(service::routes())
+        .merge(graphql::routes())
+        .merge(calls::routes())
+        .merge(objects::routes())
+        .merge(files::routes())
+}
+
+/// Routes that need no API key.
+pub fn public_routes() -> Router<Arc<AppState>> {
+    service::public_routes()
+}

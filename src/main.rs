@@ -1,0 +1,121 @@
+//! `heddle`: one binary, one subcommand per role.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use clap::{Args, Parser, Subcommand};
+use heddle_api::auth::{generate_key, hash_key};
+use heddle_store::Store;
+use heddle_store::sqlite::{SqliteOptions, SqliteStore};
+
+mod server;
+
+#[derive(Parser)]
+#[command(
+    name = "heddle",
+    version,
+    about = "Tracing and evaluation backend for the Weave SDK and OpenTelemetry"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run every role in one process on the embedded SQLite store.
+    Serve(ServeArgs),
+    /// Manage API keys.
+    Keys {
+        #[command(subcommand)]
+        command: KeysCommand,
+    },
+}
+
+#[derive(Args)]
+struct DataDir {
+    /// Where the embedded store keeps its data.
+    #[arg(long, env = "HEDDLE_DATA_DIR", default_value = "./heddle-data")]
+    data_dir: PathBuf,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on (port 0 picks a free port; the address is printed).
+    #[arg(long, env = "HEDDLE_LISTEN", default_value = "127.0.0.1:6345")]
+    listen: SocketAddr,
+    #[command(flatten)]
+    data: DataDir,
+    /// The instance's admin key (may use any entity). Without it, `serve` generates one on its
+    /// first start and prints it once.
+    #[arg(long, env = "HEDDLE_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Largest accepted request body, in bytes (413 above).
+    #[arg(long, env = "HEDDLE_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
+    max_body_bytes: usize,
+}
+
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Create a key that may only use projects `<ENTITY>/<project>`; prints the key.
+    Create {
+        #[arg(long)]
+        entity: String,
+        #[command(flatten)]
+        data: DataDir,
+    },
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,tower_http=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    match Cli::parse().command {
+        Command::Serve(args) => serve(args).await,
+        Command::Keys { command: KeysCommand::Create { entity, data } } => {
+            if entity.is_empty() || entity.contains('/') {
+                anyhow::bail!("--entity must be a non-empty name without '/'");
+            }
+            let store = open_store(&data)?;
+            let key = generate_key();
+            store.create_key(&hash_key(&key), Some(&entity)).await?;
+            eprintln!("API key for entity {entity:?} (shown once, store it safely):");
+            println!("{key}");
+            Ok(())
+        }
+    }
+}
+
+fn open_store(data: &DataDir) -> anyhow::Result<SqliteStore> {
+    SqliteStore::open(&data.data_dir, SqliteOptions::default())
+        .with_context(|| format!("opening the store in {}", data.data_dir.display()))
+}
+
+async fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let store: Arc<dyn Store> = Arc::new(open_store(&args.data)?);
+    let listener = tokio::net::TcpListener::bind(args.listen)
+        .await
+        .with_context(|| format!("binding {}", args.listen))?;
+    let url = format!("http://{}", listener.local_addr()?);
+    let admin_key = args.api_key.filter(|k| !k.is_empty());
+    if admin_key.is_none() && !store.has_admin_key().await? {
+        let key = generate_key();
+        store.create_key(&hash_key(&key), None).await?;
+        println!(
+            "\nGenerated this instance's admin API key. It is stored hashed and shown only once:\n\n    \
+             {key}\n\nPoint the weave SDK at heddle with:\n\n    \
+             export WANDB_BASE_URL={url}\n    export WF_TRACE_SERVER_URL={url}\n    \
+             export WANDB_API_KEY={key}\n"
+        );
+    }
+    let app = server::app(store, admin_key.as_deref(), args.max_body_bytes);
+    println!("heddle listening on {url} (data in {})", args.data.data_dir.display());
+    server::run(listener, app).await
+}

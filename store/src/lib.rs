@@ -1,0 +1,98 @@
+//! Storage behind one interface. The embedded backend is SQLite; the distributed backend
+//! (ClickHouse) implements the same [`Store`] trait. The interface speaks in validated proto
+//! types (call parts in, calls out; content-addressed objects and files), never in SQL, so a
+//! backend is free to lay out its tables for its own engine.
+
+use std::pin::Pin;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures::Stream;
+use heddle_proto::ProjectId;
+use heddle_proto::calls::{Call, CallPart, CallsQuery};
+use heddle_proto::objects::{ObjSchema, VersionSel};
+use heddle_proto::time::Micros;
+
+pub mod sqlite;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("{0}")]
+    NotFound(String),
+    /// The thing existed but was deleted; clients treat this 404 as authoritative.
+    #[error("{what} was deleted")]
+    Deleted { what: String, deleted_at: Micros },
+    /// The write queue is full: shed load instead of growing memory.
+    #[error("storage is overloaded, retry later")]
+    Overloaded,
+    #[error("storage error: {0}")]
+    Backend(String),
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// Rows of a calls query, produced while the client reads them.
+pub type CallStream = Pin<Box<dyn Stream<Item = Result<Call>> + Send>>;
+
+/// A new object version to store.
+#[derive(Debug, Clone)]
+pub struct NewObject {
+    pub project: ProjectId,
+    pub object_id: String,
+    pub digest: String,
+    /// Canonical-or-not JSON text of the value, stored verbatim.
+    pub val: String,
+    pub kind: &'static str,
+    pub base_object_class: Option<String>,
+    pub leaf_object_class: Option<String>,
+    pub wb_user_id: Option<String>,
+}
+
+/// Who an API key belongs to. `entity: None` is an admin key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub entity: Option<String>,
+}
+
+#[async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Applies call parts as upserts by `(project, id)`. Returns once they are durable.
+    async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()>;
+
+    /// Sets a call's display name (`""` clears it). Applies even when the call has not arrived
+    /// yet, and wins over the display name of parts that arrive later.
+    async fn set_call_display_name(&self, project: &ProjectId, id: &str, name: &str) -> Result<()>;
+
+    /// Soft-deletes the calls and all their descendants; returns how many were deleted.
+    async fn delete_calls(&self, project: &ProjectId, ids: &[String]) -> Result<u64>;
+
+    /// Streams the calls matching `q`. Errors in the query itself surface as the first item.
+    async fn query_calls(&self, q: CallsQuery) -> Result<CallStream>;
+
+    /// Counts the calls `query_calls` would return without `limit`/`offset`, capped at `limit`.
+    async fn count_calls(&self, q: CallsQuery) -> Result<u64>;
+
+    /// Stores an object version if `(project, object_id, digest)` is new (or revives a deleted
+    /// one); a no-op otherwise.
+    async fn create_object(&self, obj: NewObject) -> Result<()>;
+
+    async fn read_object(
+        &self,
+        project: &ProjectId,
+        object_id: &str,
+        version: &VersionSel,
+        metadata_only: bool,
+    ) -> Result<ObjSchema>;
+
+    /// Stores file content under its digest (idempotent).
+    async fn create_file(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()>;
+
+    async fn read_file(&self, project: &ProjectId, digest: &str) -> Result<Bytes>;
+
+    async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()>;
+
+    async fn lookup_key(&self, key_hash: &str) -> Result<Option<KeyRecord>>;
+
+    /// Whether any admin key exists (so `serve` knows whether to generate one).
+    async fn has_admin_key(&self) -> Result<bool>;
+}

@@ -1,0 +1,46 @@
+//! SQL functions registered on every connection. They give `$convert` the query language's
+//! semantics (a failed numeric cast is NULL, where SQLite's CAST would yield 0).
+
+use rusqlite::Connection;
+use rusqlite::functions::FunctionFlags;
+use rusqlite::types::ValueRef;
+
+pub fn register(conn: &Connection) -> rusqlite::Result<()> {
+    let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
+    conn.create_scalar_function("hd_to_double", 1, flags, |ctx| {
+        Ok(match ctx.get_raw(0) {
+            ValueRef::Integer(i) => Some(i as f64),
+            ValueRef::Real(f) => Some(f),
+            ValueRef::Text(t) => std::str::from_utf8(t)
+                .ok()
+                .and_then(|s| s.trim().parse::<f64>().ok())
+                .filter(|f| f.is_finite()),
+            _ => None,
+        })
+    })?;
+    conn.create_scalar_function("hd_to_int", 1, flags, |ctx| {
+        Ok(match ctx.get_raw(0) {
+            ValueRef::Integer(i) => Some(i),
+            ValueRef::Real(f) if f.is_finite() => Some(f as i64),
+            ValueRef::Text(t) => std::str::from_utf8(t).ok().and_then(|s| s.trim().parse().ok()),
+            _ => None,
+        })
+    })?;
+    conn.create_scalar_function("hd_to_bool", 1, flags, |ctx| {
+        Ok(match ctx.get_raw(0) {
+            ValueRef::Integer(i) => Some(i != 0),
+            ValueRef::Real(f) => Some(f != 0.0),
+            ValueRef::Text(t) => match t {
+                b"true" | b"1" => Some(true),
+                b"false" | b"0" => Some(false),
+                _ => None,
+            },
+            _ => None,
+        })
+    })?;
+    conn.create_scalar_function("hd_op_name", 1, flags, |ctx| {
+        let op: Option<String> = ctx.get(0)?;
+        Ok(op.map(|op| heddle_proto::calls::op_display_name(&op).to_owned()))
+    })?;
+    Ok(())
+}

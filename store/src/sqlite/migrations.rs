@@ -1,0 +1,54 @@
+//! Versioned schema migrations, tracked in SQLite's `user_version`. Each migration runs in its
+//! own transaction, so a crash mid-migration leaves the previous version intact.
+
+use rusqlite::Connection;
+
+/// Migrations in order; `MIGRATIONS[i]` brings the schema from version `i` to `i + 1`.
+/// Append only: never edit a migration that has shipped.
+const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_init.sql")];
+
+pub const LATEST: i64 = MIGRATIONS.len() as i64;
+
+/// Applies every migration newer than the database's version; a no-op when up to date.
+pub fn migrate(conn: &mut Connection) -> rusqlite::Result<i64> {
+    loop {
+        let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
+        let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
+        let Some(sql) = MIGRATIONS.get(version as usize) else {
+            return Ok(version);
+        };
+        tx.execute_batch(sql)?;
+        tx.pragma_update(None, "user_version", version + 1)?;
+        tx.commit()?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn migrates_from_empty_and_is_idempotent() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("db")).unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST);
+        let tables: Vec<String> = conn
+            .prepare("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(tables, ["api_keys", "calls", "files", "objects"]);
+    }
+
+    #[test]
+    fn refuses_nothing_from_a_newer_binary() {
+        // A database written by a newer heddle stays untouched by an older one.
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("db")).unwrap();
+        conn.pragma_update(None, "user_version", LATEST + 5).unwrap();
+        assert_eq!(migrate(&mut conn).unwrap(), LATEST + 5);
+    }
+}

@@ -1,0 +1,418 @@
+//! The embedded backend: one SQLite database in WAL mode. Writes go through the group-commit
+//! [`writer`]; reads use a pool of connections on blocking threads, so neither ever blocks the
+//! async runtime.
+
+mod functions;
+pub mod migrations;
+mod sql;
+mod writer;
+
+use std::path::Path;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use heddle_proto::ProjectId;
+use heddle_proto::calls::{Call, CallPart, CallsQuery, derive_summary};
+use heddle_proto::objects::{ObjSchema, VersionSel};
+use heddle_proto::time::Micros;
+use r2d2_sqlite::SqliteConnectionManager;
+use rusqlite::{Connection, OptionalExtension, Row, params};
+use serde_json::value::RawValue;
+
+use self::sql::ObjectBy;
+use self::writer::{Writer, backend};
+use crate::{CallStream, KeyRecord, NewObject, Result, Store, StoreError};
+
+type Pool = r2d2::Pool<SqliteConnectionManager>;
+
+/// Tuning of the embedded store.
+#[derive(Debug, Clone)]
+pub struct SqliteOptions {
+    /// Write jobs that may wait for the writer before requests are shed with 503.
+    pub write_queue: usize,
+    /// Read connections.
+    pub readers: u32,
+}
+
+impl Default for SqliteOptions {
+    fn default() -> Self {
+        SqliteOptions { write_queue: 16_384, readers: 8 }
+    }
+}
+
+pub struct SqliteStore {
+    writer: Writer,
+    readers: Pool,
+}
+
+/// Settings every connection gets. `synchronous = FULL` makes a commit durable against power
+/// loss, not only a process crash: an ack must mean the data survives (group commit pays for
+/// the fsync once per batch, not once per call).
+fn configure(conn: &Connection) -> rusqlite::Result<()> {
+    conn.busy_timeout(Duration::from_secs(10))?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "OFF")?;
+    conn.set_prepared_statement_cache_capacity(64);
+    functions::register(conn)
+}
+
+impl SqliteStore {
+    /// Opens (creating if needed) `dir/heddle.db` and migrates it to the latest schema.
+    pub fn open(dir: &Path, opts: SqliteOptions) -> Result<SqliteStore> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| backend(format!("creating data dir {}: {e}", dir.display())))?;
+        let path = dir.join("heddle.db");
+        let mut conn = Connection::open(&path).map_err(backend)?;
+        conn.pragma_update(None, "journal_mode", "WAL").map_err(backend)?;
+        configure(&conn).map_err(backend)?;
+        migrations::migrate(&mut conn).map_err(backend)?;
+        let manager = SqliteConnectionManager::file(&path).with_init(|c| configure(c));
+        let readers = r2d2::Pool::builder()
+            .max_size(opts.readers.max(1))
+            .min_idle(Some(1))
+            .build(manager)
+            .map_err(backend)?;
+        Ok(SqliteStore { writer: Writer::start(conn, opts.write_queue.max(1)), readers })
+    }
+
+    /// Runs a read on a pooled connection off the async runtime.
+    async fn read<T, F>(&self, f: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+    {
+        let pool = self.readers.clone();
+        tokio::task::spawn_blocking(move || f(&*pool.get().map_err(backend)?))
+            .await
+            .map_err(backend)?
+    }
+}
+
+fn upsert_part(conn: &Connection, p: &CallPart) -> rusqlite::Result<()> {
+    let s = p.start.as_ref();
+    let e = p.end.as_ref();
+    conn.prepare_cached(sql::UPSERT_CALL_PART)?.execute(params![
+        p.project.as_str(),
+        p.id,
+        p.trace_id,
+        s.map(|s| &s.op_name),
+        s.and_then(|s| s.display_name.as_deref()),
+        s.and_then(|s| s.parent_id.as_deref()),
+        s.and_then(|s| s.thread_id.as_deref()),
+        s.and_then(|s| s.turn_id.as_deref()),
+        s.map(|s| s.started_at.0),
+        s.map(|s| &s.attributes),
+        s.map(|s| &s.inputs),
+        s.and_then(|s| s.otel_dump.as_deref()),
+        s.and_then(|s| s.wb_user_id.as_deref()),
+        s.and_then(|s| s.wb_run_id.as_deref()),
+        s.and_then(|s| s.wb_run_step),
+        e.map(|e| e.ended_at.0),
+        e.map(|e| &e.summary),
+        e.and_then(|e| e.output.as_deref()),
+        e.and_then(|e| e.exception.as_deref()),
+        e.and_then(|e| e.wb_run_step_end),
+    ])?;
+    Ok(())
+}
+
+fn raw(json: Option<String>) -> rusqlite::Result<Option<Box<RawValue>>> {
+    json.map(|s| {
+        RawValue::from_string(s).map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))
+    })
+    .transpose()
+}
+
+fn empty_object() -> Box<RawValue> {
+    RawValue::from_string("{}".to_owned()).expect("valid JSON")
+}
+
+/// Builds a [`Call`] from a row selected with [`sql::call_columns`].
+fn row_to_call(r: &Row<'_>) -> rusqlite::Result<Call> {
+    let op_name: String = r.get(2)?;
+    let display_name: Option<String> = r.get(3)?;
+    let started_at = Micros(r.get(8)?);
+    let ended_at = r.get::<_, Option<i64>>(9)?.map(Micros);
+    let exception: Option<String> = r.get(13)?;
+    let summary: Option<String> = r.get(14)?;
+    let summary = derive_summary(
+        summary.as_deref(),
+        display_name.as_deref(),
+        &op_name,
+        started_at,
+        ended_at,
+        exception.is_some(),
+    );
+    Ok(Call {
+        id: r.get(0)?,
+        project_id: ProjectId::parse(&r.get::<_, String>(1)?)
+            .map_err(|e| rusqlite::Error::ToSqlConversionFailure(e.into()))?,
+        op_name,
+        display_name,
+        trace_id: r.get::<_, Option<String>>(4)?.unwrap_or_default(),
+        parent_id: r.get(5)?,
+        thread_id: r.get(6)?,
+        turn_id: r.get(7)?,
+        started_at,
+        ended_at,
+        attributes: raw(r.get(10)?)?.unwrap_or_else(empty_object),
+        inputs: raw(r.get(11)?)?.unwrap_or_else(empty_object),
+        output: raw(r.get(12)?)?,
+        exception,
+        summary,
+        otel_dump: raw(r.get(15)?)?,
+        wb_user_id: r.get(16)?,
+        wb_username: None,
+        wb_run_id: r.get(17)?,
+        wb_run_step: r.get(18)?,
+        wb_run_step_end: r.get(19)?,
+        deleted_at: r.get::<_, Option<i64>>(20)?.map(Micros),
+        expire_at: None,
+        storage_size_bytes: None,
+        total_storage_size_bytes: None,
+    })
+}
+
+fn row_to_object(
+    project: &ProjectId,
+    r: &Row<'_>,
+    metadata_only: bool,
+) -> rusqlite::Result<ObjSchema> {
+    Ok(ObjSchema {
+        project_id: project.clone(),
+        object_id: r.get(0)?,
+        digest: r.get(1)?,
+        version_index: r.get(2)?,
+        is_latest: r.get::<_, Option<bool>>(3)?.unwrap_or(false) as i64,
+        kind: r.get(4)?,
+        base_object_class: r.get(5)?,
+        leaf_object_class: r.get(6)?,
+        val: if metadata_only { None } else { raw(r.get(7)?)? },
+        created_at: Micros(r.get(8)?),
+        deleted_at: r.get::<_, Option<i64>>(9)?.map(Micros),
+        wb_user_id: r.get(10)?,
+    })
+}
+
+/// Rows buffered between the reading thread and the HTTP response.
+const STREAM_BUFFER: usize = 256;
+
+#[async_trait]
+impl Store for SqliteStore {
+    async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
+        self.writer
+            .exec(move |conn| {
+                for p in &parts {
+                    upsert_part(conn, p).map_err(backend)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn set_call_display_name(&self, project: &ProjectId, id: &str, name: &str) -> Result<()> {
+        let (project, id, name) = (project.clone(), id.to_owned(), name.to_owned());
+        self.writer
+            .exec(move |conn| {
+                conn.prepare_cached(sql::SET_DISPLAY_NAME)
+                    .and_then(|mut st| st.execute(params![project.as_str(), id, name]))
+                    .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn delete_calls(&self, project: &ProjectId, ids: &[String]) -> Result<u64> {
+        let project = project.clone();
+        let ids = serde_json::to_string(ids).map_err(backend)?;
+        self.writer
+            .exec(move |conn| {
+                let n = conn
+                    .execute(sql::DELETE_CALLS, params![project.as_str(), ids, Micros::now().0])
+                    .map_err(backend)?;
+                Ok(n as u64)
+            })
+            .await
+    }
+
+    async fn query_calls(&self, q: CallsQuery) -> Result<CallStream> {
+        let statement = sql::select_calls(&q);
+        let pool = self.readers.clone();
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Call>>(STREAM_BUFFER);
+        tokio::task::spawn_blocking(move || {
+            let run = || -> Result<()> {
+                let conn = pool.get().map_err(backend)?;
+                let mut st = conn.prepare(&statement.text).map_err(backend)?;
+                let mut rows = st
+                    .query(rusqlite::params_from_iter(statement.params.iter()))
+                    .map_err(backend)?;
+                while let Some(row) = rows.next().map_err(backend)? {
+                    let call = row_to_call(row).map_err(backend)?;
+                    if tx.blocking_send(Ok(call)).is_err() {
+                        break; // the client went away: stop reading
+                    }
+                }
+                Ok(())
+            };
+            if let Err(e) = run() {
+                let _ = tx.blocking_send(Err(e));
+            }
+        });
+        Ok(Box::pin(tokio_stream_from(rx)))
+    }
+
+    async fn count_calls(&self, q: CallsQuery) -> Result<u64> {
+        let statement = sql::count_calls(&q);
+        self.read(move |conn| {
+            conn.query_row(
+                &statement.text,
+                rusqlite::params_from_iter(statement.params.iter()),
+                |r| r.get::<_, i64>(0),
+            )
+            .map(|n| n as u64)
+            .map_err(backend)
+        })
+        .await
+    }
+
+    async fn create_object(&self, o: NewObject) -> Result<()> {
+        self.writer
+            .exec(move |conn| {
+                conn.prepare_cached(sql::INSERT_OBJECT)
+                    .and_then(|mut st| {
+                        st.execute(params![
+                            o.project.as_str(),
+                            o.object_id,
+                            o.digest,
+                            o.kind,
+                            o.base_object_class,
+                            o.leaf_object_class,
+                            o.val,
+                            Micros::now().0,
+                            o.wb_user_id,
+                        ])
+                    })
+                    .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn read_object(
+        &self,
+        project: &ProjectId,
+        object_id: &str,
+        version: &VersionSel,
+        metadata_only: bool,
+    ) -> Result<ObjSchema> {
+        let (project, object_id, version) =
+            (project.clone(), object_id.to_owned(), version.clone());
+        self.read(move |conn| {
+            let p = project.as_str();
+            let found = match &version {
+                VersionSel::Latest => conn.query_row(
+                    &sql::select_object(ObjectBy::Latest),
+                    params![p, object_id],
+                    |r| row_to_object(&project, r, metadata_only),
+                ),
+                VersionSel::Index(i) => conn.query_row(
+                    &sql::select_object(ObjectBy::Index),
+                    params![p, object_id, i],
+                    |r| row_to_object(&project, r, metadata_only),
+                ),
+                VersionSel::Digest(d) => conn.query_row(
+                    &sql::select_object(ObjectBy::Digest),
+                    params![p, object_id, d],
+                    |r| row_to_object(&project, r, metadata_only),
+                ),
+            }
+            .optional()
+            .map_err(backend)?;
+            let what = || format!("object {object_id}:{}", version_text(&version));
+            match found {
+                None => Err(StoreError::NotFound(format!("{} not found", what()))),
+                Some(ObjSchema { deleted_at: Some(at), .. }) => {
+                    Err(StoreError::Deleted { what: what(), deleted_at: at })
+                }
+                Some(obj) => Ok(obj),
+            }
+        })
+        .await
+    }
+
+    async fn create_file(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()> {
+        let (project, digest) = (project.clone(), digest.to_owned());
+        self.writer
+            .exec(move |conn| {
+                conn.prepare_cached(sql::INSERT_FILE)
+                    .and_then(|mut st| {
+                        st.execute(params![
+                            project.as_str(),
+                            digest,
+                            content.len() as i64,
+                            &content[..],
+                            Micros::now().0
+                        ])
+                    })
+                    .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn read_file(&self, project: &ProjectId, digest: &str) -> Result<Bytes> {
+        let (project, digest) = (project.clone(), digest.to_owned());
+        self.read(move |conn| {
+            let content: Option<Vec<u8>> = conn
+                .query_row(sql::SELECT_FILE, params![project.as_str(), digest], |r| r.get(0))
+                .optional()
+                .map_err(backend)?;
+            content
+                .map(Bytes::from)
+                .ok_or_else(|| StoreError::NotFound(format!("file {digest} not found")))
+        })
+        .await
+    }
+
+    async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()> {
+        let (hash, entity) = (key_hash.to_owned(), entity.map(str::to_owned));
+        self.writer
+            .exec(move |conn| {
+                conn.execute(sql::INSERT_KEY, params![hash, entity, Micros::now().0])
+                    .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn lookup_key(&self, key_hash: &str) -> Result<Option<KeyRecord>> {
+        let hash = key_hash.to_owned();
+        self.read(move |conn| {
+            conn.query_row(sql::SELECT_KEY, params![hash], |r| r.get::<_, Option<String>>(0))
+                .optional()
+                .map(|found| found.map(|entity| KeyRecord { entity }))
+                .map_err(backend)
+        })
+        .await
+    }
+
+    async fn has_admin_key(&self) -> Result<bool> {
+        self.read(|conn| conn.query_row(sql::ANY_ADMIN_KEY, [], |r| r.get(0)).map_err(backend))
+            .await
+    }
+}
+
+fn version_text(v: &VersionSel) -> String {
+    match v {
+        VersionSel::Latest => "latest".into(),
+        VersionSel::Index(i) => format!("v{i}"),
+        VersionSel::Digest(d) => d.clone(),
+    }
+}
+
+fn tokio_stream_from<T: Send + 'static>(
+    mut rx: tokio::sync::mpsc::Receiver<T>,
+) -> impl futures::Stream<Item = T> + Send {
+    futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}

@@ -1,0 +1,125 @@
+"""Real-client conformance harness: starts `heddle serve` and points the unmodified
+weave 0.54.0 SDK at it (see heddle_support.py for the environment).
+
+  HEDDLE_BIN       path of the heddle binary (default: <repo>/target/debug/heddle)
+  HEDDLE_KEEP_TMP  keep the temp dir (server log, data dir) after the run
+
+Run:  /tmp/heddle-venv/bin/python -m pytest tests/python -q
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+# heddle_support must be imported before weave (it sets the SDK env at import time).
+from heddle_support import (  # isort: skip
+    _TMP_ROOT,
+    DEFAULT_ENTITY,
+    REPO_ROOT,
+    HeddleServer,
+    IngestSpy,
+    flush,
+)
+import weave  # noqa: E402
+from weave.trace.context import weave_client_context  # noqa: E402
+
+
+def _heddle_bin() -> Path:
+    env = os.environ.get("HEDDLE_BIN")
+    return Path(env) if env else REPO_ROOT / "target" / "debug" / "heddle"
+
+
+@pytest.fixture(scope="session")
+def server() -> Iterator[HeddleServer]:
+    binary = _heddle_bin()
+    if not binary.exists():
+        pytest.fail(f"heddle binary not found at {binary} (set HEDDLE_BIN)", pytrace=False)
+    data_dir = _TMP_ROOT / "data"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    srv = HeddleServer(binary, data_dir, _TMP_ROOT / "server.log")
+    srv.start()
+    mp = pytest.MonkeyPatch()
+    # §14.5: one process serves the trace API at the root and GraphQL at /graphql.
+    mp.setenv("WF_TRACE_SERVER_URL", srv.url)
+    mp.setenv("WANDB_BASE_URL", srv.url)
+    mp.setenv("WANDB_API_KEY", srv.api_key)
+    try:
+        yield srv
+    finally:
+        try:
+            if weave_client_context.get_weave_client() is not None:
+                weave.finish()
+        finally:
+            mp.undo()
+            srv.stop()
+            if os.environ.get("HEDDLE_KEEP_TMP"):
+                print(f"\n[heddle] kept temp dir {_TMP_ROOT}")
+            else:
+                shutil.rmtree(_TMP_ROOT, ignore_errors=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# SDK fixtures
+# ---------------------------------------------------------------------------------------------
+def _project_for(request: pytest.FixtureRequest) -> str:
+    name = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower()).strip("-")
+    return f"{name[:40]}-{uuid.uuid4().hex[:8]}"
+
+
+@pytest.fixture
+def entity() -> str:
+    return DEFAULT_ENTITY
+
+
+@pytest.fixture
+def project(request: pytest.FixtureRequest) -> str:
+    return _project_for(request)
+
+
+@pytest.fixture
+def weave_env_overrides() -> dict[str, str]:
+    """Extra WEAVE_* env applied before weave.init (override per module)."""
+    return {}
+
+
+@pytest.fixture
+def ingest_spy(monkeypatch: pytest.MonkeyPatch) -> IngestSpy:
+    spy = IngestSpy()
+    spy.install(monkeypatch)
+    return spy
+
+
+@pytest.fixture
+def client(
+    server: HeddleServer,
+    monkeypatch: pytest.MonkeyPatch,
+    weave_env_overrides: dict[str, str],
+    ingest_spy: IngestSpy,
+    entity: str,
+    project: str,
+) -> Iterator[Any]:
+    """weave.init(f"{entity}/{project}") with a fresh project per test."""
+    monkeypatch.setenv("WANDB_API_KEY", server.api_key)
+    for k, v in weave_env_overrides.items():
+        monkeypatch.setenv(k, v)
+    # A previous test's client (if any) is flushed and dropped by weave.init itself, but be
+    # explicit so every test starts from a clean global state.
+    if weave_client_context.get_weave_client() is not None:
+        weave.finish()
+    c = weave.init(f"{entity}/{project}")
+    c._heddle_spy = ingest_spy  # type: ignore[attr-defined]
+    try:
+        yield c
+    finally:
+        try:
+            flush(c)
+        finally:
+            weave.finish()

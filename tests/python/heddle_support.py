@@ -1,0 +1,333 @@
+"""Support code for the real-client conformance tests (imported by conftest.py and the test
+modules). Importing it sets the SDK environment BEFORE weave is imported.
+
+SDK environment: see /work/shared/api/CONTRACT.md §0, §1.8, §14.5.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import pytest
+import requests
+
+# ---------------------------------------------------------------------------------------------
+# SDK environment. Must be in place BEFORE `import weave`: the Sentry wrapper decides at import
+# time whether it is enabled (WANDB_ERROR_REPORTING), and settings are read from the env on
+# every access (WEAVE_* override the settings snapshot).
+# ---------------------------------------------------------------------------------------------
+_TMP_ROOT = Path(tempfile.mkdtemp(prefix="heddle-pytest-"))
+_SDK_ENV = {
+    # §0.5 / §1.8: never let the persistent response cache hide /obj/create, /file/create, ...
+    "WEAVE_USE_SERVER_CACHE": "false",
+    "WEAVE_SERVER_CACHE_DIR": str(_TMP_ROOT / "weave-cache"),
+    "WANDB_SILENT": "true",
+    "WEAVE_PRINT_CALL_LINK": "false",
+    # Sentry (weave/telemetry/trace_sentry.py honours WANDB_ERROR_REPORTING).
+    "WANDB_ERROR_REPORTING": "false",
+    # Don't read the user's ~/.config/wandb settings / netrc-side config.
+    "WANDB_CONFIG_DIR": str(_TMP_ROOT / "wandb-config"),
+    # No integration patching; nothing here uses integrations.
+    "WEAVE_IMPLICITLY_PATCH_INTEGRATIONS": "false",
+    # Dropped batches must not be persisted to disk and replayed by a later run.
+    "WEAVE_ENABLE_DISK_FALLBACK": "false",
+    # A misbehaving server must not make flush() back off for minutes (default max 300 s).
+    "WEAVE_RETRY_MAX_INTERVAL": "2",
+    "WEAVE_RETRY_MAX_ATTEMPTS": "3",
+}
+os.environ.update(_SDK_ENV)
+for _k in (
+    "WEAVE_DISABLED",
+    "WANDB_DISABLE_WEAVE",
+    "WANDB_ENTITY",
+    "WANDB_IDENTITY_TOKEN_FILE",
+    "WEAVE_TRACE_CUSTOM_HEADERS",
+    "WEAVE_USE_CALLS_COMPLETE",
+    "WEAVE_ENABLE_WAL",
+    "WEAVE_ENABLE_CLIENT_SIDE_DIGESTS",
+    "WEAVE_CLIENT_PARALLELISM",
+):
+    os.environ.pop(_k, None)
+
+import weave  # noqa: E402
+import weave.trace.init_message as _init_message  # noqa: E402
+from weave.trace.context import weave_client_context  # noqa: E402
+from weave.trace_server_bindings.remote_http_trace_server import (  # noqa: E402
+    RemoteHTTPTraceServer,
+)
+
+# weave.init() asks pypi.org for the latest weave version (init_message._print_version_check).
+# There is no env switch for it; it is pure cosmetics, so neutralise it for the test process.
+_init_message._print_version_check = lambda: None  # type: ignore[assignment]
+
+TESTS_DIR = Path(__file__).resolve().parent
+REPO_ROOT = TESTS_DIR.parent.parent
+DEFAULT_ENTITY = "conformance"
+
+T = TypeVar("T")
+
+
+# ---------------------------------------------------------------------------------------------
+# Helpers shared by conftest.py and the test modules.
+# ---------------------------------------------------------------------------------------------
+def describe_response(r: requests.Response, limit: int = 2000) -> str:
+    """Human-readable request/response dump for assertion messages (server bug reports)."""
+    req = r.request
+    body = req.body
+    if isinstance(body, bytes):
+        body = body[:limit].decode("utf-8", "replace")
+    elif isinstance(body, str):
+        body = body[:limit]
+    try:
+        text = r.text[:limit]
+    except Exception:  # pragma: no cover
+        text = repr(r.content[:limit])
+    return (
+        f"\n  request:  {req.method} {req.url}\n  req body: {body}\n"
+        f"  status:   {r.status_code}\n  ctype:    {r.headers.get('content-type')}\n"
+        f"  response: {text}"
+    )
+
+
+def eventually(fn: Callable[[], T], timeout: float = 5.0, interval: float = 0.05) -> T:
+    """Re-run `fn` until it stops raising AssertionError (tolerates the contract's bounded
+    visibility lag, DESIGN 'promise 3'); re-raises the last failure after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return fn()
+        except AssertionError:
+            if time.monotonic() >= deadline:
+                raise
+            time.sleep(interval)
+
+
+def flush(client: Any, timeout: float = 60.0) -> None:
+    """client.flush() with a watchdog, so a server that keeps failing can't hang the suite."""
+    err: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            client.flush()
+        except BaseException as e:  # pragma: no cover
+            err.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    if t.is_alive():
+        pytest.fail(f"client.flush() did not finish within {timeout}s (server rejecting sends?)")
+    if err:
+        raise err[0]
+
+
+def basic_auth(key: str) -> str:
+    return "Basic " + base64.b64encode(f"api:{key}".encode()).decode()
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---------------------------------------------------------------------------------------------
+# The server process
+# ---------------------------------------------------------------------------------------------
+class HeddleServer:
+    def __init__(self, binary: Path, data_dir: Path, log_path: Path) -> None:
+        self.binary = binary
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.api_key = "admin-" + uuid.uuid4().hex
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.session = requests.Session()
+
+    # -- lifecycle --------------------------------------------------------------------------
+    def start(self, timeout: float = 60.0) -> None:
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [
+                str(self.binary),
+                "serve",
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                "--data-dir",
+                str(self.data_dir),
+                "--api-key",
+                self.api_key,
+            ],
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "RUST_BACKTRACE": "1"},
+            start_new_session=True,
+        )
+        deadline = time.monotonic() + timeout
+        last: Exception | str | None = None
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(
+                    f"heddle serve exited with {self.proc.returncode}:\n{self.log_tail()}"
+                )
+            try:
+                r = requests.get(self.url + "/health", timeout=1)
+                if r.status_code == 200 and r.json() == {"status": "ok"}:
+                    return
+                last = describe_response(r)
+            except requests.RequestException as e:
+                last = e
+            time.sleep(0.1)
+        self.stop()
+        raise RuntimeError(f"heddle serve not healthy after {timeout}s: {last}\n{self.log_tail()}")
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+    def log_tail(self, n: int = 60) -> str:
+        try:
+            lines = self.log_path.read_text(errors="replace").splitlines()
+        except OSError:
+            return "<no server log>"
+        return "\n".join(lines[-n:])
+
+    # -- raw HTTP ---------------------------------------------------------------------------
+    def headers(self, key: str | None = None, bearer: bool = False) -> dict[str, str]:
+        key = self.api_key if key is None else key
+        auth = f"Bearer {key}" if bearer else basic_auth(key)
+        return {"Authorization": auth}
+
+    def post(
+        self,
+        path: str,
+        json_body: Any = None,
+        *,
+        key: str | None = None,
+        bearer: bool = False,
+        headers: dict[str, str] | None = None,
+        auth: bool = True,
+        **kw: Any,
+    ) -> requests.Response:
+        h = self.headers(key, bearer) if auth else {}
+        h.update(headers or {})
+        return self.session.post(self.url + path, json=json_body, headers=h, timeout=30, **kw)
+
+    def get(self, path: str, *, key: str | None = None, auth: bool = True) -> requests.Response:
+        h = self.headers(key) if auth else {}
+        return self.session.get(self.url + path, headers=h, timeout=30)
+
+    def post_ok(self, path: str, json_body: Any = None, **kw: Any) -> Any:
+        r = self.post(path, json_body, **kw)
+        assert r.status_code == 200, f"expected 200 from {path}" + describe_response(r)
+        return r.json()
+
+    def stream_calls(self, project: str, *, key: str | None = None, **body: Any) -> list[dict]:
+        """POST /calls/stream_query and parse the JSONL body (§3). Fails on blank lines / CRLF."""
+        req = {"project_id": project, **body}
+        r = self.post(
+            "/calls/stream_query", req, key=key, headers={"Accept": "application/jsonl"}
+        )
+        assert r.status_code == 200, "stream_query failed" + describe_response(r)
+        text = r.content.decode("utf-8")
+        lines = text.split("\n")
+        if lines and lines[-1] == "":
+            lines.pop()
+        rows = []
+        for i, line in enumerate(lines):
+            assert line != "", f"blank line {i} in JSONL stream (§3)" + describe_response(r)
+            assert not line.endswith("\r"), "CRLF line ending in JSONL stream (§3)"
+            rows.append(json.loads(line))
+        return rows
+
+    def query_stats(self, project: str, *, key: str | None = None, **body: Any) -> dict:
+        return self.post_ok("/calls/query_stats", {"project_id": project, **body}, key=key)
+
+    def read_call(self, project: str, call_id: str) -> dict | None:
+        return self.post_ok("/call/read", {"project_id": project, "id": call_id})["call"]
+
+    def wait_for_calls(self, project: str, n: int, timeout: float = 5.0, **body: Any) -> list[dict]:
+        """Wait (bounded) until stream_query returns at least n calls; returns the rows."""
+
+        def check() -> list[dict]:
+            rows = self.stream_calls(project, **body)
+            assert len(rows) >= n, f"expected >= {n} calls in {project}, got {len(rows)}"
+            return rows
+
+        return eventually(check, timeout=timeout)
+
+    def create_key(self, entity: str) -> str:
+        out = subprocess.run(
+            [str(self.binary), "keys", "create", "--entity", entity, "--data-dir", str(self.data_dir)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert out.returncode == 0, f"heddle keys create failed: {out.stdout}\n{out.stderr}"
+        lines = [line.strip() for line in out.stdout.splitlines() if line.strip()]
+        assert lines, f"heddle keys create printed nothing: {out.stderr}"
+        return lines[-1]
+
+
+class IngestSpy:
+    """Records which call-ingestion path the SDK actually used (and any send errors).
+
+    Wraps RemoteHTTPTraceServer._upsert_calls_batch (→ POST /call/upsert_batch) and
+    _send_calls_complete_to_server (→ POST /v2/{entity}/{project}/calls/complete) without
+    changing their behaviour."""
+
+    def __init__(self) -> None:
+        self.upsert_items: list[tuple[str, str]] = []  # (mode, call id)
+        self.complete_ids: list[str] = []
+        self.errors: list[str] = []
+
+    def install(self, mp: pytest.MonkeyPatch) -> None:
+        orig_upsert = RemoteHTTPTraceServer._upsert_calls_batch
+        orig_complete = RemoteHTTPTraceServer._send_calls_complete_to_server
+        spy = self
+
+        def upsert(self_: Any, batch: list[Any]) -> Any:
+            for item in batch:
+                mode = item.get("mode")
+                req = item.get("req") or {}
+                part = req.get("start") or req.get("end") or {}
+                spy.upsert_items.append((mode, part.get("id")))
+            try:
+                return orig_upsert(self_, batch)
+            except Exception as e:
+                spy.errors.append(f"/call/upsert_batch: {e!r}")
+                raise
+
+        def complete(self_: Any, entity: str, project: str, encoded: bytes) -> None:
+            spy.complete_ids.extend(c.get("id") for c in json.loads(encoded)["batch"])
+            try:
+                return orig_complete(self_, entity, project, encoded)
+            except Exception as e:
+                spy.errors.append(f"/v2/{entity}/{project}/calls/complete: {e!r}")
+                raise
+
+        mp.setattr(RemoteHTTPTraceServer, "_upsert_calls_batch", upsert)
+        mp.setattr(RemoteHTTPTraceServer, "_send_calls_complete_to_server", complete)
+
+
