@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Runs heddle's whole test suite on a fresh machine: Rust unit and integration tests, then the
+# real-client tests (the unmodified weave SDK against a real `heddle serve`).
+#
+# Slow installs are kept in a cache directory that is checked first and rebuilt when missing:
+#   HEDDLE_TEST_CACHE   (default: ~/.cache/heddle-test)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+cache="${HEDDLE_TEST_CACHE:-$HOME/.cache/heddle-test}"
+venv="$cache/venv-$(sha256sum tests/python/requirements.txt | cut -c1-12)"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+if ! "$venv/bin/python" -c 'import weave, pytest' >/dev/null 2>&1; then
+    step "creating the Python venv with the pinned SDK in $venv"
+    rm -rf "$venv"
+    mkdir -p "$cache"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install --quiet --disable-pip-version-check -r tests/python/requirements.txt
+fi
+
+step "building"
+cargo build --workspace --bins
+
+step "Rust tests"
+cargo test --workspace
+
+step "real-client tests (weave SDK)"
+HEDDLE_BIN="$PWD/target/debug/heddle" "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider
