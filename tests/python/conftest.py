@@ -9,6 +9,7 @@ Run:  /tmp/heddle-venv/bin/python -m pytest tests/python -q
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -26,6 +27,7 @@ from heddle_support import (  # isort: skip
     REPO_ROOT,
     HeddleServer,
     IngestSpy,
+    fast_batching,
     flush,
 )
 import weave  # noqa: E402
@@ -115,6 +117,7 @@ def client(
     if weave_client_context.get_weave_client() is not None:
         weave.finish()
     c = weave.init(f"{entity}/{project}")
+    fast_batching(c)
     c._heddle_spy = ingest_spy  # type: ignore[attr-defined]
     try:
         yield c
@@ -123,3 +126,17 @@ def client(
             flush(c)
         finally:
             weave.finish()
+
+
+@pytest.fixture(autouse=True)
+def _no_sdk_errors(caplog: pytest.LogCaptureFixture) -> Iterator[None]:
+    """Fail a test whose SDK background work logged an ERROR (dropped batch, failed
+    /obj/create or /file/create, ...) — such failures otherwise only show up as missing data."""
+    yield
+    records = caplog.get_records("setup") + caplog.get_records("call") + caplog.records
+    errors = [
+        f"{r.name}: {r.getMessage()}"
+        for r in records
+        if r.levelno >= logging.ERROR and r.name.startswith("weave")
+    ]
+    assert not errors, "weave SDK logged errors:\n" + "\n".join(dict.fromkeys(errors))

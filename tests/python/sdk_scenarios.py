@@ -15,7 +15,7 @@ import time
 from typing import Any
 
 import weave
-from heddle_support import HeddleServer, eventually, flush
+from heddle_support import HeddleServer, flush
 
 # §5.9: every Call field must be present in stream_query rows.
 CALL_FIELDS = {

@@ -19,6 +19,7 @@ from heddle_support import (  # isort: skip
     basic_auth,
     describe_response,
     eventually,
+    fast_batching,
     flush,
 )
 import weave  # noqa: E402
@@ -70,6 +71,7 @@ def test_init_hits_server_info_and_graphql(
         weave.finish()
 
     c = weave.init(f"{entity}/{project}")
+    fast_batching(c)
     try:
         assert c.entity == entity and c.project == project, "init returned a disabled client?"
         assert len(server_info) == 1
@@ -97,8 +99,9 @@ def test_init_hits_server_info_and_graphql(
     finally:
         weave.finish()
 
-    # raw: /server_info without auth (§4) and the GraphQL shapes (§14.5)
-    r = server.get("/server_info", auth=False)
+    # raw: /server_info as the SDK sends it (with auth; DESIGN exempts only /health from auth,
+    # so unauthenticated access is not checked) and the GraphQL shapes (§14.5)
+    r = server.get("/server_info")
     assert r.status_code == 200, describe_response(r)
     from packaging.version import Version
 
@@ -185,6 +188,30 @@ def test_display_name_set_and_remove(client: Any, server: HeddleServer) -> None:
     )
     assert r.status_code == 400, describe_response(r)
     assert "reason" in r.json(), describe_response(r)
+
+
+def test_call_update_before_complete_record(server: HeddleServer) -> None:
+    """/call/update may reach the server before the call's complete record, whose
+    display_name is null: the update must still apply (§5.5)."""
+    pid = f"conformance/update-first-{uuid.uuid4().hex[:8]}"
+    call = _complete_call(pid)
+    out = server.post_ok(
+        "/call/update", {"project_id": pid, "call_id": call["id"], "display_name": "early"}
+    )
+    assert out == {}, out
+    server.post_ok(f"/v2/{pid}/calls/complete", {"batch": [call]})
+    rows = eventually(lambda: _nonempty(server.stream_calls(pid)))
+    assert [r["id"] for r in rows] == [call["id"]]
+    assert rows[0]["display_name"] == "early", rows[0]
+    assert rows[0]["inputs"] == {"q": 1} and rows[0]["output"] == {"a": 2}
+    # and the ordinary order: complete record first, then update
+    call2 = _complete_call(pid)
+    server.post_ok(f"/v2/{pid}/calls/complete", {"batch": [call2]})
+    server.post_ok(
+        "/call/update", {"project_id": pid, "call_id": call2["id"], "display_name": "late"}
+    )
+    rows = eventually(lambda: _nonempty(server.stream_calls(pid, filter={"call_ids": [call2["id"]]})))
+    assert rows[0]["display_name"] == "late", rows[0]
 
 
 def _assert_eq(a: Any, b: Any) -> None:
@@ -666,6 +693,7 @@ def test_entity_scoped_key_with_sdk(server: HeddleServer, monkeypatch: pytest.Mo
         weave.finish()
     pid = f"alice/sdk-{uuid.uuid4().hex[:8]}"
     c = weave.init(pid)
+    fast_batching(c)
     try:
 
         @weave.op
