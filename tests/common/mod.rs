@@ -1,0 +1,452 @@
+//! Support for the HTTP integration tests: starts the real `heddle` binary on a free port with
+//! a fresh data directory and a random admin key, and offers small authed request helpers.
+//! Each test starts its own server (startup is a few milliseconds); it is killed on drop.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use base64::Engine;
+use serde_json::{Value, json};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_heddle");
+
+pub struct Server {
+    pub url: String,
+    pub admin_key: String,
+    pub dir: tempfile::TempDir,
+    child: Child,
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+pub fn basic(key: &str) -> String {
+    let pair = format!("api:{key}");
+    format!("Basic {}", base64::engine::general_purpose::STANDARD.encode(pair))
+}
+
+impl Server {
+    pub fn start() -> Server {
+        Server::start_with(&[])
+    }
+
+    /// Starts `heddle serve` with extra command-line arguments.
+    pub fn start_with(extra: &[&str]) -> Server {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let admin_key = format!("test-admin-{}", uuid::Uuid::new_v4());
+        let (child, url) = spawn(dir.path(), &admin_key, extra);
+        Server { url, admin_key, dir, child }
+    }
+
+    /// Kills the process with SIGKILL (no shutdown of any kind) and starts a new one on the same
+    /// data directory with the same key.
+    pub fn kill_and_restart(&mut self) {
+        self.child.kill().expect("SIGKILL");
+        self.child.wait().expect("reaping the killed server");
+        let (child, url) = spawn(self.dir.path(), &self.admin_key, &[]);
+        self.child = child;
+        self.url = url;
+    }
+
+    pub fn data_dir(&self) -> std::path::PathBuf {
+        self.dir.path().join("data")
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    /// `heddle keys create --entity NAME` against this server's data dir; returns the key.
+    pub fn create_entity_key(&self, entity: &str) -> String {
+        create_entity_key(&self.data_dir(), entity)
+    }
+
+    /// A client authenticated with the admin key.
+    pub fn admin(&self) -> Api {
+        self.client(Some(&self.admin_key))
+    }
+
+    /// A client authenticated with `key` (Basic), or without credentials.
+    pub fn client(&self, key: Option<&str>) -> Api {
+        Api {
+            url: self.url.clone(),
+            auth: key.map(basic),
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("http client"),
+        }
+    }
+
+    /// A client that sends this exact `Authorization` header value.
+    pub fn client_with_auth(&self, header: &str) -> Api {
+        let mut api = self.client(None);
+        api.auth = Some(header.to_owned());
+        api
+    }
+}
+
+/// Starts `heddle serve` on `dir/data`, logging to `dir/server.log`; returns the process and its
+/// URL, read from the address it prints.
+fn spawn(dir: &Path, admin_key: &str, extra: &[&str]) -> (Child, String) {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("server.log"))
+        .expect("log file");
+    let mut child = Command::new(BIN)
+        .arg("serve")
+        .args(["--listen", "127.0.0.1:0", "--api-key", admin_key, "--data-dir"])
+        .arg(dir.join("data"))
+        .args(extra)
+        .env_remove("HEDDLE_API_KEY")
+        .env_remove("HEDDLE_MAX_BODY_BYTES")
+        .env_remove("HEDDLE_DATA_DIR")
+        .env_remove("HEDDLE_LISTEN")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::from(log))
+        .spawn()
+        .expect("spawning heddle");
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        // Keep draining stdout so the server never blocks on a full pipe.
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            if let Some(rest) = line.strip_prefix("heddle listening on ") {
+                let url = rest.split_whitespace().next().unwrap_or_default().to_owned();
+                if let Some(tx) = tx.take() {
+                    let _ = tx.send(url);
+                }
+            }
+        }
+    });
+    let url = match rx.recv_timeout(Duration::from_secs(20)) {
+        Ok(url) => url,
+        Err(_) => {
+            let _ = child.kill();
+            let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+            panic!("heddle did not print its listening address; log:\n{log}");
+        }
+    };
+    assert!(url.starts_with("http://127.0.0.1:"), "unexpected url {url}");
+    (child, url)
+}
+
+pub fn create_entity_key(data_dir: &Path, entity: &str) -> String {
+    let out = Command::new(BIN)
+        .args(["keys", "create", "--entity", entity, "--data-dir"])
+        .arg(data_dir)
+        .env_remove("HEDDLE_DATA_DIR")
+        .output()
+        .expect("running heddle keys create");
+    assert!(out.status.success(), "keys create failed: {}", String::from_utf8_lossy(&out.stderr));
+    let stdout = String::from_utf8(out.stdout).expect("utf-8 stdout");
+    let key = stdout.lines().rev().find(|l| !l.trim().is_empty()).expect("a key line");
+    key.trim().to_owned()
+}
+
+#[derive(Clone)]
+pub struct Api {
+    pub url: String,
+    pub auth: Option<String>,
+    pub http: reqwest::Client,
+}
+
+/// A fully read response.
+#[derive(Debug)]
+pub struct Resp {
+    pub status: u16,
+    pub content_type: String,
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON; panics with the body text if it is not JSON.
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}), status {}: {}", self.status, self.text()))
+    }
+
+    /// Asserts a 2xx status and returns the JSON body.
+    #[track_caller]
+    pub fn ok(&self) -> Value {
+        assert!(
+            (200..300).contains(&self.status),
+            "expected success, got {}: {}",
+            self.status,
+            self.text()
+        );
+        self.json()
+    }
+
+    /// Asserts `status` and a JSON error body with a non-empty string `reason`; returns it.
+    #[track_caller]
+    pub fn err(&self, status: u16) -> String {
+        assert_eq!(self.status, status, "unexpected status; body: {}", self.text());
+        assert!(
+            self.content_type.starts_with("application/json"),
+            "error content type {:?}: {}",
+            self.content_type,
+            self.text()
+        );
+        let body = self.json();
+        let reason = body["reason"].as_str().unwrap_or_else(|| panic!("no reason: {body}"));
+        assert!(!reason.is_empty(), "empty reason");
+        reason.to_owned()
+    }
+
+    /// Parses a JSONL body strictly: LF-separated, no blank lines, every line a JSON object.
+    #[track_caller]
+    pub fn jsonl(&self) -> Vec<Value> {
+        assert!(
+            (200..300).contains(&self.status),
+            "expected success, got {}: {}",
+            self.status,
+            self.text()
+        );
+        parse_jsonl(&self.body)
+    }
+}
+
+#[track_caller]
+pub fn parse_jsonl(body: &[u8]) -> Vec<Value> {
+    let text = std::str::from_utf8(body).expect("JSONL is UTF-8");
+    assert!(!text.contains('\r'), "JSONL must use LF line ends");
+    let text = text.strip_suffix('\n').unwrap_or(text);
+    if text.is_empty() {
+        return Vec::new();
+    }
+    text.split('\n')
+        .map(|line| {
+            assert!(!line.trim().is_empty(), "blank line in JSONL body: {text:?}");
+            let v: Value = serde_json::from_str(line)
+                .unwrap_or_else(|e| panic!("bad JSONL line {line:?}: {e}"));
+            assert!(v.is_object(), "JSONL row is not an object: {line}");
+            v
+        })
+        .collect()
+}
+
+impl Api {
+    fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
+        let mut r = self.http.request(method, format!("{}{path}", self.url));
+        if let Some(auth) = &self.auth {
+            r = r.header(reqwest::header::AUTHORIZATION, auth);
+        }
+        r
+    }
+
+    pub async fn send(&self, req: reqwest::RequestBuilder) -> Resp {
+        self.try_send(req).await.expect("request failed")
+    }
+
+    /// Like `send`, but `None` when the request or its answer was cut off (server killed).
+    pub async fn try_send(&self, req: reqwest::RequestBuilder) -> Option<Resp> {
+        let resp = req.send().await.ok()?;
+        let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get(reqwest::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        let body = resp.bytes().await.ok()?.to_vec();
+        Some(Resp { status, content_type, body })
+    }
+
+    pub async fn post(&self, path: &str, body: &Value) -> Resp {
+        self.send(self.req(reqwest::Method::POST, path).json(body)).await
+    }
+
+    pub async fn try_post(&self, path: &str, body: &Value) -> Option<Resp> {
+        self.try_send(self.req(reqwest::Method::POST, path).json(body)).await
+    }
+
+    /// POSTs raw bytes as `application/json` (for malformed bodies).
+    pub async fn post_raw(&self, path: &str, body: impl Into<Vec<u8>>) -> Resp {
+        let r = self
+            .req(reqwest::Method::POST, path)
+            .header(reqwest::header::CONTENT_TYPE, "application/json")
+            .body(body.into());
+        self.send(r).await
+    }
+
+    pub async fn post_with(
+        &self,
+        path: &str,
+        content_type: &str,
+        body: impl Into<Vec<u8>>,
+    ) -> Resp {
+        let r = self
+            .req(reqwest::Method::POST, path)
+            .header(reqwest::header::CONTENT_TYPE, content_type)
+            .body(body.into());
+        self.send(r).await
+    }
+
+    pub async fn get(&self, path: &str) -> Resp {
+        self.send(self.req(reqwest::Method::GET, path)).await
+    }
+
+    /// `/calls/stream_query`, strictly parsed.
+    pub async fn stream(&self, body: &Value) -> Vec<Value> {
+        self.post("/calls/stream_query", body).await.jsonl()
+    }
+
+    pub async fn count(&self, body: &Value) -> u64 {
+        let v = self.post("/calls/query_stats", body).await.ok();
+        v["count"].as_u64().unwrap_or_else(|| panic!("no count in {v}"))
+    }
+
+    /// `/call/read` → the `call` member (possibly null).
+    pub async fn read_call(&self, project: &str, id: &str) -> Value {
+        let v = self
+            .post("/call/read", &serde_json::json!({"project_id": project, "id": id}))
+            .await
+            .ok();
+        assert!(v.as_object().is_some_and(|o| o.contains_key("call")), "no call member: {v}");
+        v["call"].clone()
+    }
+
+    /// Uploads a file through `/file/create` with a hand-built multipart body.
+    pub async fn file_create(
+        &self,
+        project: &str,
+        name: &str,
+        content: &[u8],
+        expected_digest: Option<&str>,
+    ) -> Resp {
+        let (ct, body) = multipart(project, name, content, expected_digest);
+        self.post_with("/file/create", &ct, body).await
+    }
+}
+
+/// A `multipart/form-data` body as the SDK sends it: text fields then the `file` part.
+pub fn multipart(
+    project: &str,
+    name: &str,
+    content: &[u8],
+    expected_digest: Option<&str>,
+) -> (String, Vec<u8>) {
+    let boundary = format!("heddle-test-{}", uuid::Uuid::new_v4().simple());
+    let mut body = Vec::new();
+    let mut field = |n: &str, v: &str| {
+        body.extend_from_slice(
+            format!("--{boundary}\r\nContent-Disposition: form-data; name=\"{n}\"\r\n\r\n{v}\r\n")
+                .as_bytes(),
+        );
+    };
+    field("project_id", project);
+    if let Some(d) = expected_digest {
+        field("expected_digest", d);
+    }
+    body.extend_from_slice(
+        format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"file\"; filename=\"{name}\"\r\n\
+             Content-Type: application/octet-stream\r\n\r\n"
+        )
+        .as_bytes(),
+    );
+    body.extend_from_slice(content);
+    body.extend_from_slice(format!("\r\n--{boundary}--\r\n").as_bytes());
+    (format!("multipart/form-data; boundary={boundary}"), body)
+}
+
+/// A fresh UUID-ish id, unique per test run.
+pub fn uid() -> String {
+    uuid::Uuid::new_v4().to_string()
+}
+
+/// The ids of rows, in order.
+pub fn ids(rows: &[Value]) -> Vec<String> {
+    rows.iter().map(|r| r["id"].as_str().expect("row id").to_owned()).collect()
+}
+
+/// Unix seconds of [`T0`].
+pub const T0_UNIX: i64 = 1_772_366_400;
+/// The time every test call is placed relative to.
+pub const T0: &str = "2026-03-01T12:00:00Z";
+
+/// `T0` plus `secs` (< 1 hour), as the SDK writes timestamps (microseconds, `Z`).
+pub fn t(secs: f64) -> String {
+    let us = (secs * 1e6).round() as i64;
+    let (m, s, frac) = (us / 60_000_000, (us % 60_000_000) / 1_000_000, us % 1_000_000);
+    format!("2026-03-01T12:{m:02}:{s:02}.{frac:06}Z")
+}
+
+/// `base` with the keys of `over` replaced.
+pub fn merge(mut base: Value, over: Value) -> Value {
+    if let Value::Object(o) = over {
+        for (k, v) in o {
+            base[k] = v;
+        }
+    }
+    base
+}
+
+/// A StartedCall with every key present (nullable ones null), as the SDK sends it.
+pub fn started(project: &str, id: &str, over: Value) -> Value {
+    merge(
+        json!({
+            "project_id": project, "id": id, "trace_id": format!("trace-{id}"),
+            "op_name": "plain_op", "display_name": null, "parent_id": null, "thread_id": null,
+            "turn_id": null, "started_at": t(0.0), "attributes": {}, "inputs": {},
+            "otel_dump": null, "wb_user_id": null, "wb_run_id": null, "wb_run_step": null,
+        }),
+        over,
+    )
+}
+
+/// An EndedCall with every key present.
+pub fn ended(project: &str, id: &str, over: Value) -> Value {
+    merge(
+        json!({
+            "project_id": project, "id": id, "ended_at": t(1.0), "summary": {}, "output": null,
+            "exception": null, "trace_id": null, "started_at": null, "is_eval": null,
+            "wb_run_step_end": null,
+        }),
+        over,
+    )
+}
+
+/// A CompleteCall (start and end flattened) for `/v2/{entity}/{project}/calls/complete`.
+pub fn complete(project: &str, id: &str, over: Value) -> Value {
+    let mut c = started(project, id, json!({}));
+    for (k, v) in ended(project, id, json!({})).as_object().unwrap() {
+        if !c.as_object().unwrap().contains_key(k) {
+            c[k] = v.clone();
+        }
+    }
+    c.as_object_mut().unwrap().remove("is_eval");
+    merge(c, over)
+}
+
+impl Api {
+    /// Sends CompleteCalls through `/v2/{entity}/{project}/calls/complete` and checks success.
+    pub async fn complete_calls(&self, project: &str, batch: Vec<Value>) -> Value {
+        self.post(&format!("/v2/{project}/calls/complete"), &json!({ "batch": batch })).await.ok()
+    }
+
+    pub async fn call_start(&self, start: Value) -> Value {
+        self.post("/call/start", &json!({ "start": start })).await.ok()
+    }
+
+    pub async fn call_end(&self, end: Value) -> Value {
+        self.post("/call/end", &json!({ "end": end })).await.ok()
+    }
+}
