@@ -64,13 +64,13 @@ fn check_all(
     path: Option<&ProjectId>,
 ) -> Result<(), ApiError> {
     for p in parts {
-        if let Some(path) = path {
-            if &p.project != path {
-                return Err(ApiError::bad_request(format!(
-                    "call {} belongs to project {}, not {path} named in the path",
-                    p.id, p.project
-                )));
-            }
+        if let Some(path) = path
+            && &p.project != path
+        {
+            return Err(ApiError::bad_request(format!(
+                "call {} belongs to project {}, not {path} named in the path",
+                p.id, p.project
+            )));
         }
         who.check(&p.project)?;
     }

@@ -349,11 +349,11 @@ pub fn derive_status(exception: bool, ended: bool, summary: &Value) -> &'static 
 /// `summary.weave.trace_name`'s op part: the name between `/op/` and `:` of an op ref, or the
 /// raw op name when it is not a ref.
 pub fn op_display_name(op_name: &str) -> &str {
-    if let Some(rest) = op_name.strip_prefix("weave:///") {
-        if let Some(idx) = rest.find("/op/") {
-            let name = &rest[idx + 4..];
-            return name.split(':').next().unwrap_or(name);
-        }
+    if let Some(rest) = op_name.strip_prefix("weave:///")
+        && let Some(idx) = rest.find("/op/")
+    {
+        let name = &rest[idx + 4..];
+        return name.split(':').next().unwrap_or(name);
     }
     op_name
 }

@@ -49,10 +49,11 @@ impl VersionSel {
         if s == "latest" {
             return VersionSel::Latest;
         }
-        if let Some(n) = s.strip_prefix('v').and_then(|n| n.parse::<i64>().ok()) {
-            if n >= 0 && !s[1..].starts_with('+') {
-                return VersionSel::Index(n);
-            }
+        if let Some(n) = s.strip_prefix('v').and_then(|n| n.parse::<i64>().ok())
+            && n >= 0
+            && !s[1..].starts_with('+')
+        {
+            return VersionSel::Index(n);
         }
         VersionSel::Digest(s.to_owned())
     }

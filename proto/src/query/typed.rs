@@ -144,10 +144,10 @@ fn lower_operand<C: Catalog>(
                 ConvertTo::String => ValueType::String,
             };
             // Converting a literal is folded here so dialects never see it.
-            if let TOperand::Lit(lit) = &inner {
-                if let Some(folded) = fold_convert(lit, *to) {
-                    return Ok(folded);
-                }
+            if let TOperand::Lit(lit) = &inner
+                && let Some(folded) = fold_convert(lit, *to)
+            {
+                return Ok(folded);
             }
             (TOperand::Convert(Box::new(inner), t, *to), out)
         }
