@@ -91,8 +91,9 @@ async fn query_stats(
     Json(req): Json<CallsQueryReq>,
 ) -> Result<axum::Json<Value>, ApiError> {
     who.check(&req.project_id)?;
-    let q = req.validate()?;
-    let count = state.store.count_calls(q).await?;
+    // Counting ignores order, paging and projection: don't reject what it would not use.
+    let req = CallsQueryReq { sort_by: None, offset: None, columns: None, ..req };
+    let count = state.store.count_calls(req.validate()?).await?;
     Ok(axum::Json(json!({ "count": count, "total_storage_size_bytes": null })))
 }
 

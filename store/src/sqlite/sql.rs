@@ -453,7 +453,9 @@ fn order_term(sql: &mut Sql, f: &CallField, dir: Direction) {
             json_exists(sql, *root, segs);
             sql.push(" DESC, hd_to_double(");
             json_string(sql, *root, segs);
-            sql.push(")").push(d).push(", ");
+            // NULLS LAST: non-numeric values after numbers in both directions, as ClickHouse
+            // orders NULLs, so both backends page identically.
+            sql.push(")").push(d).push(" NULLS LAST, ");
             json_string(sql, *root, segs);
             sql.push(d);
         }
