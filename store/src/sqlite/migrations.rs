@@ -5,7 +5,10 @@ use rusqlite::Connection;
 
 /// Migrations in order; `MIGRATIONS[i]` brings the schema from version `i` to `i + 1`.
 /// Append only: never edit a migration that has shipped.
-const MIGRATIONS: &[&str] = &[include_str!("migrations/0001_init.sql")];
+const MIGRATIONS: &[&str] = &[
+    include_str!("migrations/0001_init.sql"),
+    include_str!("migrations/0002_live_calls_index.sql"),
+];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 
