@@ -69,9 +69,8 @@ impl From<StoreError> for ApiError {
     fn from(e: StoreError) -> Self {
         match e {
             StoreError::NotFound(m) => ApiError::NotFound(m),
-            e @ StoreError::Deleted { .. } => {
-                let StoreError::Deleted { deleted_at, .. } = e else { unreachable!() };
-                ApiError::Deleted { reason: e.to_string(), deleted_at }
+            StoreError::Deleted { what, deleted_at } => {
+                ApiError::Deleted { reason: format!("{what} was deleted"), deleted_at }
             }
             StoreError::Overloaded => ApiError::Overloaded(e.to_string()),
             StoreError::Backend(m) => ApiError::Internal(m),

@@ -309,26 +309,20 @@ impl Store for SqliteStore {
         let (project, object_id, version) =
             (project.clone(), object_id.to_owned(), version.clone());
         self.read(move |conn| {
-            let p = project.as_str();
-            let found = match &version {
-                VersionSel::Latest => conn.query_row(
-                    &sql::select_object(ObjectBy::Latest),
-                    params![p, object_id],
-                    |r| row_to_object(&project, r, metadata_only),
-                ),
-                VersionSel::Index(i) => conn.query_row(
-                    &sql::select_object(ObjectBy::Index),
-                    params![p, object_id, i],
-                    |r| row_to_object(&project, r, metadata_only),
-                ),
-                VersionSel::Digest(d) => conn.query_row(
-                    &sql::select_object(ObjectBy::Digest),
-                    params![p, object_id, d],
-                    |r| row_to_object(&project, r, metadata_only),
-                ),
-            }
-            .optional()
-            .map_err(backend)?;
+            let (by, selector): (ObjectBy, Option<rusqlite::types::Value>) = match &version {
+                VersionSel::Latest => (ObjectBy::Latest, None),
+                VersionSel::Index(i) => (ObjectBy::Index, Some((*i).into())),
+                VersionSel::Digest(d) => (ObjectBy::Digest, Some(d.clone().into())),
+            };
+            let args = [project.as_str().to_owned().into(), object_id.clone().into()]
+                .into_iter()
+                .chain(selector);
+            let found = conn
+                .query_row(&sql::select_object(by), rusqlite::params_from_iter(args), |r| {
+                    row_to_object(&project, r, metadata_only)
+                })
+                .optional()
+                .map_err(backend)?;
             let what = || format!("object {object_id}:{}", version_text(&version));
             match found {
                 None => Err(StoreError::NotFound(format!("{} not found", what()))),
