@@ -1,0 +1,109 @@
+//! The markdown results table.
+
+use std::time::Duration;
+
+use crate::client::Outcome;
+use crate::machine::CpuUse;
+
+pub(crate) struct Row {
+    pub(crate) name: String,
+    pub(crate) requests: usize,
+    pub(crate) calls: Option<usize>,
+    pub(crate) wall: Duration,
+    pub(crate) bytes: u64,
+    pub(crate) p50: Option<Duration>,
+    pub(crate) p99: Option<Duration>,
+    pub(crate) cpu: Option<CpuUse>,
+}
+
+impl Row {
+    pub(crate) fn from_outcome(
+        name: String,
+        out: &Outcome,
+        calls: Option<usize>,
+        cpu: Option<CpuUse>,
+    ) -> Row {
+        Row {
+            name,
+            requests: out.ok_requests,
+            calls: calls.map(|_| out.ok_calls),
+            wall: out.wall,
+            bytes: out.bytes_sent,
+            p50: percentile(&out.latencies, 0.50),
+            p99: percentile(&out.latencies, 0.99),
+            cpu,
+        }
+    }
+}
+
+/// Nearest-rank percentile of sorted samples.
+fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
+    if sorted.is_empty() {
+        return None;
+    }
+    let rank = (p * sorted.len() as f64).ceil() as usize;
+    Some(sorted[rank.clamp(1, sorted.len()) - 1])
+}
+
+pub(crate) fn print_table(rows: &[Row], nproc: usize, with_cpu: bool) {
+    let ms = |d: Option<Duration>| match d {
+        Some(d) => format!("{:.2}", d.as_secs_f64() * 1e3),
+        None => "–".into(),
+    };
+    let mut header = "| Phase | OK requests | Calls | Wall s | Calls/s | Calls/s per core | Req/s \
+                      | p50 ms | p99 ms | MB/s |"
+        .to_owned();
+    let mut rule = "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|".to_owned();
+    if with_cpu {
+        header.push_str(
+            " Server CPU s | Calls per server CPU-s | Busiest server thread | Bench CPU s |",
+        );
+        rule.push_str("---:|---:|---|---:|");
+    }
+    println!("{header}\n{rule}");
+    for r in rows {
+        let secs = r.wall.as_secs_f64().max(1e-9);
+        let (calls, rate, per_core) = match r.calls {
+            Some(n) => {
+                let rate = n as f64 / secs;
+                (n.to_string(), format!("{rate:.0}"), format!("{:.0}", rate / nproc as f64))
+            }
+            None => ("–".into(), "–".into(), "–".into()),
+        };
+        let mb =
+            if r.bytes > 0 { format!("{:.1}", r.bytes as f64 / 1e6 / secs) } else { "–".into() };
+        // A request rate means nothing for a phase of one request.
+        let req_rate =
+            if r.requests > 1 { format!("{:.0}", r.requests as f64 / secs) } else { "–".into() };
+        let mut line = format!(
+            "| {} | {} | {calls} | {:.3} | {rate} | {per_core} | {req_rate} | {} | {} | {mb} |",
+            r.name,
+            r.requests,
+            secs,
+            ms(r.p50),
+            ms(r.p99),
+        );
+        if with_cpu {
+            match &r.cpu {
+                Some(c) => {
+                    let per_cpu = match (r.calls, c.server) {
+                        (Some(n), Some(s)) if s > 0.0 => format!("{:.0}", n as f64 / s),
+                        _ => "–".into(),
+                    };
+                    let opt = |v: Option<f64>| v.map_or("–".into(), |v| format!("{v:.2}"));
+                    let busiest = match &c.busiest {
+                        Some((name, share)) => format!("`{name}` {:.0}%", share * 100.0),
+                        None => "–".into(),
+                    };
+                    line.push_str(&format!(
+                        " {} | {per_cpu} | {busiest} | {} |",
+                        opt(c.server),
+                        opt(c.bench)
+                    ));
+                }
+                None => line.push_str(" – | – | – | – |"),
+            }
+        }
+        println!("{line}");
+    }
+}

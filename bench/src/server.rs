@@ -1,0 +1,99 @@
+//! The server the bench starts itself.
+
+use std::fs::File;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use uuid::Uuid;
+
+use crate::client::clip;
+
+pub(crate) struct Server {
+    child: Child,
+    dir: PathBuf,
+    keep: bool,
+}
+
+impl Server {
+    pub(crate) fn start(bin: &Path, key: &str, keep: bool) -> anyhow::Result<(Server, String)> {
+        if !bin.exists() {
+            bail!(
+                "{} not found: build it with `cargo build --release`, pass --heddle-bin, or \
+                 point --url at a running server",
+                bin.display()
+            );
+        }
+        let dir = std::env::temp_dir().join(format!("heddle-bench-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let log = File::create(dir.join("server.log"))?;
+        let mut child = Command::new(bin)
+            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.join("data"))
+            .arg("--api-key")
+            .arg(key)
+            .env("RUST_LOG", "info,tower_http=warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(log)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let stdout = child.stdout.take().context("server stdout")?;
+        let server = Server { child, dir, keep };
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            // Keeps draining stdout so the server never blocks on a full pipe.
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(rest) = line.strip_prefix("heddle listening on ") {
+                    let url = rest.split_whitespace().next().unwrap_or_default().to_owned();
+                    let _ = tx.send(url);
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(url) => Ok((server, url)),
+            Err(_) => {
+                let log =
+                    std::fs::read_to_string(server.dir.join("server.log")).unwrap_or_default();
+                bail!(
+                    "{} did not print its address within 30 s; its log:\n{}",
+                    bin.display(),
+                    clip(&log)
+                )
+            }
+        }
+    }
+
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub(crate) fn data_dir(&self) -> PathBuf {
+        self.dir.join("data")
+    }
+
+    /// WARN and ERROR lines of the server's log (at most 20).
+    pub(crate) fn log_problems(&self) -> Vec<String> {
+        let log = std::fs::read_to_string(self.dir.join("server.log")).unwrap_or_default();
+        log.lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("panicked"))
+            .take(20)
+            .map(str::to_owned)
+            .collect()
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        if self.keep {
+            eprintln!("kept the server's data and log in {}", self.dir.display());
+        } else {
+            let _ = std::fs::remove_dir_all(&self.dir);
+        }
+    }
+}

@@ -1,0 +1,375 @@
+//! Workload generation: deterministic SDK-shaped complete calls in serialised request bodies.
+
+use std::collections::HashSet;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::{Value, json};
+use uuid::Uuid;
+
+use crate::client::Job;
+
+pub(crate) struct Written {
+    pub(crate) jobs: Vec<Job>,
+    pub(crate) ids: HashSet<String>,
+    /// The first call generated, kept to compare with what comes back.
+    pub(crate) sample: Value,
+    pub(crate) body_bytes: usize,
+    pub(crate) item_bytes: usize,
+    pub(crate) inputs_bytes: usize,
+    pub(crate) output_bytes: usize,
+}
+
+/// `n` complete calls for `project` in request bodies of `batch` items. Traces are one root
+/// (`predict`) and `children` children; as with the SDK, children complete (and are sent) before
+/// their root.
+pub(crate) fn generate(
+    project: &str,
+    n: usize,
+    batch: usize,
+    children: usize,
+    seed: u64,
+) -> Written {
+    let mut g = Gen::new(project, seed);
+    let mut out = Written {
+        jobs: Vec::with_capacity(n.div_ceil(batch)),
+        ids: HashSet::with_capacity(n),
+        sample: Value::Null,
+        body_bytes: 0,
+        item_bytes: 0,
+        inputs_bytes: 0,
+        output_bytes: 0,
+    };
+    let per_trace = children + 1;
+    // Traces start 20 ms apart, ending about a minute ago.
+    let mut t0 = Utc::now() - TimeDelta::milliseconds(20 * n.div_ceil(per_trace) as i64 + 60_000);
+    let mut pending: Vec<Value> = Vec::with_capacity(batch);
+    let mut made = 0;
+    while made < n {
+        let size = per_trace.min(n - made);
+        for call in g.trace(t0, size - 1) {
+            out.item_bytes += call.to_string().len();
+            out.inputs_bytes += call["inputs"].to_string().len();
+            out.output_bytes += call["output"].to_string().len();
+            out.ids.insert(call["id"].as_str().unwrap_or_default().to_owned());
+            if out.sample.is_null() {
+                out.sample = call.clone();
+            }
+            pending.push(call);
+            if pending.len() == batch {
+                out.push_batch(&mut pending);
+            }
+        }
+        made += size;
+        t0 += TimeDelta::milliseconds(20);
+    }
+    if !pending.is_empty() {
+        out.push_batch(&mut pending);
+    }
+    out
+}
+
+impl Written {
+    fn push_batch(&mut self, pending: &mut Vec<Value>) {
+        let calls = pending.len();
+        let body = serde_json::to_vec(&json!({ "batch": std::mem::take(pending) }))
+            .expect("serialising a batch");
+        self.body_bytes += body.len();
+        self.jobs.push(Job { body: Some(body), calls });
+    }
+}
+
+const WORDS: &[&str] = &[
+    "the",
+    "customer",
+    "asked",
+    "about",
+    "refund",
+    "policy",
+    "for",
+    "orders",
+    "shipped",
+    "outside",
+    "the",
+    "european",
+    "union",
+    "and",
+    "whether",
+    "import",
+    "duties",
+    "are",
+    "included",
+    "in",
+    "final",
+    "price",
+    "shown",
+    "at",
+    "checkout",
+    "our",
+    "support",
+    "agent",
+    "should",
+    "cite",
+    "relevant",
+    "section",
+    "of",
+    "terms",
+    "service",
+    "summarise",
+    "options",
+    "clearly",
+    "a",
+    "return",
+    "label",
+    "can",
+    "be",
+    "requested",
+    "within",
+    "thirty",
+    "days",
+    "delivery",
+    "items",
+    "must",
+    "unused",
+    "original",
+    "packaging",
+    "exchanges",
+    "processed",
+    "faster",
+    "than",
+    "refunds",
+    "which",
+    "take",
+    "five",
+    "to",
+    "ten",
+    "business",
+    "depending",
+    "on",
+    "bank",
+    "payment",
+    "method",
+    "gift",
+    "cards",
+    "store",
+    "credit",
+    "not",
+    "eligible",
+    "cash",
+];
+
+const CHILD_OPS: &[&str] =
+    &["retrieve", "openai.chat.completions.create", "rerank", "format_answer"];
+
+/// Deterministic workload text and numbers (splitmix64), so runs are comparable.
+struct Gen {
+    state: u64,
+    project: String,
+    digests: Vec<String>,
+    model_ref: String,
+    attributes: Value,
+}
+
+impl Gen {
+    fn new(project: &str, seed: u64) -> Gen {
+        let mut g = Gen {
+            state: 0x9E37_79B9_7F4A_7C15 ^ seed,
+            project: project.to_owned(),
+            digests: Vec::new(),
+            model_ref: String::new(),
+            attributes: json!({"weave": {
+                "client_version": "0.54.0",
+                "source": "python-sdk",
+                "sys_version": "3.12.3 (main, Nov  6 2025, 13:44:16) [GCC 13.3.0]",
+                "os_name": "Linux",
+                "os_version": "#1 SMP PREEMPT_DYNAMIC",
+                "os_release": "6.8.0-51-generic",
+            }}),
+        };
+        g.digests = (0..=CHILD_OPS.len()).map(|_| g.digest()).collect();
+        g.model_ref = format!("weave:///{project}/object/SupportRAGModel:{}", g.digest());
+        g
+    }
+
+    fn next(&mut self) -> u64 {
+        self.state = self.state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.state;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    /// A 43-character digest in the SDK's alphabet.
+    fn digest(&mut self) -> String {
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789XY";
+        (0..43).map(|_| ALPHABET[self.below(64) as usize] as char).collect()
+    }
+
+    /// Words until at least `len` characters.
+    fn text(&mut self, len: usize) -> String {
+        let mut s = String::with_capacity(len + 16);
+        while s.len() < len {
+            if !s.is_empty() {
+                s.push(' ');
+            }
+            s.push_str(WORDS[self.below(WORDS.len() as u64) as usize]);
+        }
+        s
+    }
+
+    fn op_name(&self, op: usize) -> String {
+        let name = if op == 0 { "predict" } else { CHILD_OPS[(op - 1) % CHILD_OPS.len()] };
+        let digest = &self.digests[if op == 0 { 0 } else { 1 + (op - 1) % CHILD_OPS.len() }];
+        format!("weave:///{}/op/{name}:{digest}", self.project)
+    }
+
+    fn usage(&mut self) -> (u64, u64) {
+        (120 + self.below(900), 40 + self.below(300))
+    }
+
+    /// One trace: `children` child calls, then the root.
+    fn trace(&mut self, t0: DateTime<Utc>, children: usize) -> Vec<Value> {
+        let trace_id = Uuid::now_v7().to_string();
+        let root_id = Uuid::now_v7().to_string();
+        let question = format!("{}?", self.text(110));
+        let mut calls = Vec::with_capacity(children + 1);
+        let mut t = t0 + TimeDelta::microseconds(300 + self.below(400) as i64);
+        let (mut prompt_sum, mut completion_sum) = (0, 0);
+        for i in 0..children {
+            let dur = TimeDelta::microseconds(800 + self.below(2_500) as i64);
+            let (prompt, completion) = self.usage();
+            prompt_sum += prompt;
+            completion_sum += completion;
+            let (inputs, output) = self.child_io(i, &question, prompt, completion);
+            let summary = json!({"usage": {"gpt-4o": {
+                "requests": 1,
+                "prompt_tokens": prompt,
+                "completion_tokens": completion,
+                "total_tokens": prompt + completion,
+            }}});
+            let id = Uuid::now_v7().to_string();
+            calls.push(self.call(
+                &id,
+                &trace_id,
+                Some(&root_id),
+                1 + i,
+                (t, t + dur),
+                inputs,
+                output,
+                summary,
+            ));
+            t += dur + TimeDelta::microseconds(50 + self.below(200) as i64);
+        }
+        let inputs = json!({
+            "self": self.model_ref,
+            "question": question,
+            "context": {"customer_tier": "gold", "locale": "en-GB", "channel": "chat",
+                        "history": self.text(170)},
+        });
+        let output = json!({
+            "answer": self.text(330),
+            "sources": ["terms-of-service#refunds", "faq/shipping-eu"],
+            "confidence": 0.87,
+        });
+        let summary = json!({
+            "usage": {"gpt-4o": {
+                "requests": children,
+                "prompt_tokens": prompt_sum,
+                "completion_tokens": completion_sum,
+                "total_tokens": prompt_sum + completion_sum,
+            }},
+            "status_counts": {"success": children + 1, "error": 0},
+        });
+        let end = t + TimeDelta::microseconds(100 + self.below(300) as i64);
+        calls.push(self.call(&root_id, &trace_id, None, 0, (t0, end), inputs, output, summary));
+        calls
+    }
+
+    fn child_io(
+        &mut self,
+        i: usize,
+        question: &str,
+        prompt: u64,
+        completion: u64,
+    ) -> (Value, Value) {
+        match i % CHILD_OPS.len() {
+            0 => (
+                json!({"query": question, "k": 4, "index": "support-kb-v3",
+                       "filters": {"lang": "en", "region": "eu"}, "note": self.text(200)}),
+                json!({"documents": [
+                    {"id": format!("doc-{}", self.below(100_000)), "score": 0.91, "text": self.text(130)},
+                    {"id": format!("doc-{}", self.below(100_000)), "score": 0.84, "text": self.text(130)},
+                    {"id": format!("doc-{}", self.below(100_000)), "score": 0.77, "text": self.text(100)},
+                ]}),
+            ),
+            1 => (
+                json!({"model": "gpt-4o", "temperature": 0.2, "max_tokens": 512, "messages": [
+                    {"role": "system", "content": self.text(160)},
+                    {"role": "user", "content": format!("{question} {}", self.text(100))},
+                ]}),
+                json!({
+                    "id": format!("chatcmpl-{}", &Uuid::new_v4().simple().to_string()[..24]),
+                    "object": "chat.completion", "model": "gpt-4o-2024-08-06",
+                    "choices": [{"index": 0, "finish_reason": "stop",
+                                 "message": {"role": "assistant", "content": self.text(270)}}],
+                    "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                              "total_tokens": prompt + completion},
+                }),
+            ),
+            2 => (
+                json!({"query": question, "candidates": [self.text(150), self.text(150)],
+                       "top_n": 2}),
+                json!({"ranked": [{"index": 1, "relevance": 0.93, "text": self.text(190)},
+                                  {"index": 0, "relevance": 0.71, "text": self.text(190)}]}),
+            ),
+            _ => (
+                json!({"draft": self.text(330), "style": "concise", "citations": true,
+                       "max_chars": 1200}),
+                json!({"text": self.text(400), "citations": ["[1] terms-of-service#refunds"]}),
+            ),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn call(
+        &self,
+        id: &str,
+        trace_id: &str,
+        parent_id: Option<&str>,
+        op: usize,
+        (started, ended): (DateTime<Utc>, DateTime<Utc>),
+        inputs: Value,
+        output: Value,
+        summary: Value,
+    ) -> Value {
+        json!({
+            "project_id": self.project,
+            "id": id,
+            "trace_id": trace_id,
+            "op_name": self.op_name(op),
+            "started_at": rfc3339_micros(started),
+            "ended_at": rfc3339_micros(ended),
+            "display_name": null,
+            "parent_id": parent_id,
+            "thread_id": null,
+            "turn_id": null,
+            "attributes": self.attributes,
+            "inputs": inputs,
+            "output": output,
+            "summary": summary,
+            "otel_dump": null,
+            "exception": null,
+            "wb_user_id": null,
+            "wb_run_id": null,
+            "wb_run_step": null,
+            "wb_run_step_end": null,
+        })
+    }
+}
+
+fn rfc3339_micros(t: DateTime<Utc>) -> String {
+    t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
