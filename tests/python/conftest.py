@@ -4,7 +4,7 @@ weave 0.54.0 SDK at it (see heddle_support.py for the environment).
   HEDDLE_BIN       path of the heddle binary (default: <repo>/target/debug/heddle)
   HEDDLE_KEEP_TMP  keep the temp dir (server log, data dir) after the run
 
-Run:  /tmp/heddle-venv/bin/python -m pytest tests/python -q
+Run:  bash tests/run.sh   (creates the venv with the pinned SDK, then runs pytest here)
 """
 
 from __future__ import annotations

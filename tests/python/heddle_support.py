@@ -1,7 +1,7 @@
 """Support code for the real-client conformance tests (imported by conftest.py and the test
 modules). Importing it sets the SDK environment BEFORE weave is imported.
 
-SDK environment: see /work/shared/api/CONTRACT.md §0, §1.8, §14.5.
+SDK environment: see the API contract (shared/api/CONTRACT.md beside the checkout) §0, §1.8, §14.5.
 """
 
 from __future__ import annotations
