@@ -55,6 +55,9 @@ struct ServeArgs {
     /// Largest accepted request body, in bytes (413 above).
     #[arg(long, env = "HEDDLE_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// A GeoIP database (MaxMind DB format, e.g. GeoLite2-City.mmdb) for `/geolocate`.
+    #[arg(long, env = "HEDDLE_GEOIP_DB")]
+    geoip_db: Option<PathBuf>,
 }
 
 #[derive(Subcommand)]
@@ -115,7 +118,12 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
              export WANDB_API_KEY={key}\n"
         );
     }
-    let app = server::app(store, admin_key.as_deref(), args.max_body_bytes);
+    let geoip = match &args.geoip_db {
+        Some(path) => heddle_query::GeoIp::open(path)
+            .with_context(|| format!("opening the GeoIP database {}", path.display()))?,
+        None => heddle_query::GeoIp::default(),
+    };
+    let app = server::app(store, admin_key.as_deref(), args.max_body_bytes, geoip);
     println!("heddle listening on {url} (data in {})", args.data.data_dir.display());
     server::run(listener, app).await
 }

@@ -4,15 +4,21 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use axum::{Extension, Router};
 use heddle_api::{ApiError, AppState};
+use heddle_query::GeoIp;
 use heddle_store::Store;
 use tower_http::catch_panic::CatchPanicLayer;
 
-pub fn app(store: Arc<dyn Store>, admin_key: Option<&str>, max_body_bytes: usize) -> Router {
+pub fn app(
+    store: Arc<dyn Store>,
+    admin_key: Option<&str>,
+    max_body_bytes: usize,
+    geoip: GeoIp,
+) -> Router {
     let state = AppState::new(store, admin_key);
     Router::new()
         .merge(heddle_query::public_routes())
@@ -25,6 +31,7 @@ pub fn app(store: Arc<dyn Store>, admin_key: Option<&str>, max_body_bytes: usize
                 axum::Json(serde_json::json!({"reason": "method not allowed"})),
             )
         })
+        .layer(Extension(geoip))
         .layer(DefaultBodyLimit::max(max_body_bytes))
         .layer(CatchPanicLayer::custom(panic_response))
         .with_state(state)

@@ -12,6 +12,8 @@ mod graphql;
 mod objects;
 mod service;
 
+pub use service::GeoIp;
+
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .merge(service::routes())

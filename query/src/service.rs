@@ -3,9 +3,9 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use axum::Router;
 use axum::extract::ConnectInfo;
 use axum::routing::get;
+use axum::{Extension, Router};
 use heddle_api::{AppState, Principal};
 use serde_json::{Value, json};
 
@@ -34,8 +34,40 @@ async fn server_info(_: Principal) -> axum::Json<Value> {
     }))
 }
 
-/// The caller's address. heddle ships no GeoIP database and fetches nothing from outside, so
-/// there is no location to add.
-async fn geolocate(_: Principal, ConnectInfo(addr): ConnectInfo<SocketAddr>) -> axum::Json<Value> {
-    axum::Json(json!({"ip": addr.ip().to_string()}))
+/// An optional GeoIP database (MaxMind DB format, e.g. GeoLite2-City), read from local disk at
+/// start. heddle never fetches one: without it `/geolocate` answers with the address alone.
+#[derive(Clone, Default)]
+pub struct GeoIp(Option<Arc<maxminddb::Reader<Vec<u8>>>>);
+
+impl GeoIp {
+    pub fn open(path: &std::path::Path) -> Result<GeoIp, maxminddb::MaxMindDbError> {
+        Ok(GeoIp(Some(Arc::new(maxminddb::Reader::open_readfile(path)?))))
+    }
+
+    /// The database's city-level record for `ip`, if it has one.
+    fn locate(&self, ip: std::net::IpAddr) -> Option<Value> {
+        let reader = self.0.as_ref()?;
+        let found = reader.lookup(ip).and_then(|r| r.decode::<maxminddb::geoip2::City>());
+        match found {
+            Ok(city) => city.and_then(|c| serde_json::to_value(c).ok()),
+            Err(e) => {
+                tracing::warn!(%ip, error = %e, "GeoIP lookup failed");
+                None
+            }
+        }
+    }
+}
+
+/// The caller's address, and its location when a GeoIP database is configured.
+async fn geolocate(
+    _: Principal,
+    Extension(geo): Extension<GeoIp>,
+    ConnectInfo(addr): ConnectInfo<SocketAddr>,
+) -> axum::Json<Value> {
+    let ip = addr.ip().to_canonical();
+    let mut body = json!({"ip": ip.to_string()});
+    if let Some(location) = geo.locate(ip) {
+        body["location"] = location;
+    }
+    axum::Json(body)
 }

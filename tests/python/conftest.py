@@ -26,6 +26,7 @@ from heddle_support import (  # isort: skip
     DEFAULT_ENTITY,
     REPO_ROOT,
     HeddleServer,
+    heddle_bin,
     IngestSpy,
     fast_batching,
     flush,
@@ -34,14 +35,9 @@ import weave  # noqa: E402
 from weave.trace.context import weave_client_context  # noqa: E402
 
 
-def _heddle_bin() -> Path:
-    env = os.environ.get("HEDDLE_BIN")
-    return Path(env) if env else REPO_ROOT / "target" / "debug" / "heddle"
-
-
 @pytest.fixture(scope="session")
 def server() -> Iterator[HeddleServer]:
-    binary = _heddle_bin()
+    binary = heddle_bin()
     if not binary.exists():
         pytest.fail(f"heddle binary not found at {binary} (set HEDDLE_BIN)", pytrace=False)
     data_dir = _TMP_ROOT / "data"

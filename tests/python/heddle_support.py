@@ -157,10 +157,19 @@ def _free_port() -> int:
 
 # ---------------------------------------------------------------------------------------------
 # The server process
+def heddle_bin() -> Path:
+    """The server binary: $HEDDLE_BIN, else the debug build in this checkout."""
+    env = os.environ.get("HEDDLE_BIN")
+    return Path(env) if env else REPO_ROOT / "target" / "debug" / "heddle"
+
+
 # ---------------------------------------------------------------------------------------------
 class HeddleServer:
-    def __init__(self, binary: Path, data_dir: Path, log_path: Path) -> None:
+    def __init__(
+        self, binary: Path, data_dir: Path, log_path: Path, extra_args: list[str] | None = None
+    ) -> None:
         self.binary = binary
+        self.extra_args = extra_args or []
         self.data_dir = data_dir
         self.log_path = log_path
         self.port = _free_port()
@@ -182,6 +191,7 @@ class HeddleServer:
                 str(self.data_dir),
                 "--api-key",
                 self.api_key,
+                *self.extra_args,
             ],
             stdout=self._log,
             stderr=subprocess.STDOUT,
