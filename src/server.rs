@@ -19,7 +19,7 @@ pub fn app(
     max_body_bytes: usize,
     geoip: GeoIp,
 ) -> Router {
-    let state = AppState::new(store, admin_key);
+    let state = AppState::new(store, admin_key, max_body_bytes);
     Router::new()
         .merge(heddle_query::public_routes())
         .merge(heddle_query::routes())
@@ -32,7 +32,8 @@ pub fn app(
             )
         })
         .layer(Extension(geoip))
-        .layer(DefaultBodyLimit::max(max_body_bytes))
+        // Bodies are limited (and oversized ones drained) by heddle_api::extract instead.
+        .layer(DefaultBodyLimit::disable())
         .layer(CatchPanicLayer::custom(panic_response))
         .with_state(state)
 }

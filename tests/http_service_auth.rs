@@ -507,3 +507,19 @@ async fn concurrent_writes_and_reads() {
     }
     assert_eq!(api.count(&json!({"project_id": "ent/p"})).await, 40);
 }
+
+/// A body far over the limit gets a 413 the client can read (the SDK splits a batch only when it
+/// sees one, CONTRACT §1.7), repeatedly on one connection pool, and the server stays healthy.
+#[tokio::test]
+async fn oversized_body_gets_a_readable_413_not_a_reset() {
+    let server = Server::start_with(&["--max-body-bytes", "1024"]);
+    let api = server.admin();
+    let huge = "x".repeat(4 * 1024 * 1024);
+    for _ in 0..3 {
+        let body = json!({"batch": [complete("ent/p", "huge", json!({"inputs": {"x": huge}}))]});
+        let r = api.post("/v2/ent/p/calls/complete", &body).await;
+        assert_eq!(r.status, 413, "{}", r.text());
+        assert!(r.err(413).contains("limit"));
+    }
+    assert_eq!(api.get("/health").await.ok()["status"], "ok");
+}

@@ -53,7 +53,7 @@ async fn acknowledged_calls_survive_sigkill() {
                     .try_post("/v2/durable/restart/calls/complete", &json!({ "batch": batch }))
                     .await;
                 match resp {
-                    Some(r) if r.status == 200 => acked.lock().unwrap().extend(ids),
+                    Ok(r) if r.status == 200 => acked.lock().unwrap().extend(ids),
                     _ => {} // not acknowledged (in flight at the kill): may or may not be stored
                 }
             }

@@ -1,37 +1,80 @@
-//! A JSON body extractor whose rejections are the API's own errors: 413 above the body limit,
-//! 400 with the parser's message for malformed JSON or wrong types. Unknown keys are ignored
-//! and `null` reads as absent (the SDK sends both, CONTRACT §1.1).
+//! Request bodies. heddle reads bodies itself rather than through axum's limit layer so that an
+//! oversized body is drained (within bounds) before the 413 goes out. A chunked upload answered
+//! mid-stream races the client still sending it, and the client may see a reset instead of the
+//! 413 — yet the SDK splits a batch only when it sees the 413 (CONTRACT §1.7).
+//!
+//! The JSON extractor's rejections are the API's own errors: 413 above the limit, 400 with the
+//! parser's message for malformed JSON or wrong types. Unknown keys are ignored and `null` reads
+//! as absent (the SDK sends both, CONTRACT §1.1).
 
-use axum::extract::rejection::BytesRejection;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::body::Body;
 use axum::extract::{FromRequest, Request};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
+use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
-use crate::ApiError;
+use crate::{ApiError, AppState};
 
+/// How much of an oversized body is read and discarded so the client gets its 413 cleanly.
+const DRAIN_BYTES: usize = 64 * 1024 * 1024;
+/// How long draining may take before the connection is simply closed.
+const DRAIN_TIME: Duration = Duration::from_secs(10);
+
+fn too_large(limit: usize) -> ApiError {
+    ApiError::TooLarge(format!("request body is larger than the server's limit of {limit} bytes"))
+}
+
+/// Reads a whole body of at most `limit` bytes.
+pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+    let mut chunks = body.into_data_stream();
+    let mut buf = BytesMut::new();
+    while let Some(chunk) = chunks.next().await {
+        let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
+        if buf.len() + chunk.len() > limit {
+            let drain = async {
+                let mut drained = 0usize;
+                while let Some(Ok(chunk)) = chunks.next().await {
+                    drained += chunk.len();
+                    if drained > DRAIN_BYTES {
+                        break;
+                    }
+                }
+            };
+            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+            return Err(too_large(limit));
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// A JSON request body.
 pub struct Json<T>(pub T);
 
-impl<S: Send + Sync, T: DeserializeOwned> FromRequest<S> for Json<T> {
+impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Json<T> {
     type Rejection = ApiError;
 
-    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
-        let bytes = Bytes::from_request(req, state).await.map_err(body_error)?;
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let bytes = read_body(req.into_body(), state.max_body_bytes).await?;
         parse(&bytes).map(Json)
+    }
+}
+
+/// A raw request body within the size limit (for multipart uploads).
+pub struct RawBody(pub Bytes);
+
+impl FromRequest<Arc<AppState>> for RawBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        read_body(req.into_body(), state.max_body_bytes).await.map(RawBody)
     }
 }
 
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::BadRequest(format!("invalid request body: {e}")))
-}
-
-pub fn body_error(e: BytesRejection) -> ApiError {
-    match e {
-        BytesRejection::FailedToBufferBody(inner)
-            if inner.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE =>
-        {
-            ApiError::TooLarge("request body is larger than the server's limit".into())
-        }
-        other => ApiError::BadRequest(format!("could not read request body: {other}")),
-    }
 }

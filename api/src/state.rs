@@ -8,10 +8,16 @@ use crate::Auth;
 pub struct AppState {
     pub store: Arc<dyn Store>,
     pub auth: Auth,
+    /// Largest request body accepted (413 above).
+    pub max_body_bytes: usize,
 }
 
 impl AppState {
-    pub fn new(store: Arc<dyn Store>, admin_key: Option<&str>) -> Arc<AppState> {
-        Arc::new(AppState { auth: Auth::new(store.clone(), admin_key), store })
+    pub fn new(
+        store: Arc<dyn Store>,
+        admin_key: Option<&str>,
+        max_body_bytes: usize,
+    ) -> Arc<AppState> {
+        Arc::new(AppState { auth: Auth::new(store.clone(), admin_key), store, max_body_bytes })
     }
 }

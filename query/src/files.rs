@@ -4,12 +4,12 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Multipart, State};
-use axum::http::{HeaderValue, header};
+use axum::extract::State;
+use axum::http::{HeaderMap, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use bytes::Bytes;
-use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_api::{ApiError, AppState, Json, Principal, RawBody};
 use heddle_proto::ProjectId;
 use heddle_proto::ProtoError;
 use heddle_proto::digest::bytes_digest;
@@ -19,21 +19,27 @@ pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/file/create", post(create)).route("/file/content", post(content))
 }
 
-fn multipart_error(e: axum::extract::multipart::MultipartError) -> ApiError {
-    if e.status() == axum::http::StatusCode::PAYLOAD_TOO_LARGE {
-        ApiError::TooLarge("file is larger than the server's request body limit".into())
-    } else {
-        ApiError::bad_request(format!("invalid multipart body: {}", e.body_text()))
-    }
+fn multipart_error(e: multer::Error) -> ApiError {
+    ApiError::bad_request(format!("invalid multipart body: {e}"))
 }
 
 async fn create(
     State(state): State<Arc<AppState>>,
     who: Principal,
-    multipart: Result<Multipart, axum::extract::multipart::MultipartRejection>,
+    headers: HeaderMap,
+    RawBody(body): RawBody,
 ) -> Result<axum::Json<FileCreateRes>, ApiError> {
-    let mut multipart = multipart
-        .map_err(|e| ApiError::bad_request(format!("expected a multipart/form-data body: {e}")))?;
+    let boundary = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|ct| multer::parse_boundary(ct).ok())
+        .ok_or_else(|| {
+            ApiError::bad_request("expected a multipart/form-data body with a boundary")
+        })?;
+    let mut multipart = multer::Multipart::new(
+        futures::stream::once(async move { Ok::<_, std::convert::Infallible>(body) }),
+        boundary,
+    );
     let (mut project, mut expected, mut file): (Option<String>, Option<String>, Option<Bytes>) =
         (None, None, None);
     while let Some(field) = multipart.next_field().await.map_err(multipart_error)? {

@@ -252,12 +252,12 @@ impl Api {
     }
 
     pub async fn send(&self, req: reqwest::RequestBuilder) -> Resp {
-        self.try_send(req).await.expect("request failed")
+        self.try_send(req).await.unwrap_or_else(|e| panic!("request failed: {e:?}"))
     }
 
-    /// Like `send`, but `None` when the request or its answer was cut off (server killed).
-    pub async fn try_send(&self, req: reqwest::RequestBuilder) -> Option<Resp> {
-        let resp = req.send().await.ok()?;
+    /// Like `send`, but an error when the request or its answer was cut off (server killed).
+    pub async fn try_send(&self, req: reqwest::RequestBuilder) -> Result<Resp, reqwest::Error> {
+        let resp = req.send().await?;
         let status = resp.status().as_u16();
         let content_type = resp
             .headers()
@@ -265,15 +265,15 @@ impl Api {
             .and_then(|v| v.to_str().ok())
             .unwrap_or_default()
             .to_owned();
-        let body = resp.bytes().await.ok()?.to_vec();
-        Some(Resp { status, content_type, body })
+        let body = resp.bytes().await?.to_vec();
+        Ok(Resp { status, content_type, body })
     }
 
     pub async fn post(&self, path: &str, body: &Value) -> Resp {
         self.send(self.req(reqwest::Method::POST, path).json(body)).await
     }
 
-    pub async fn try_post(&self, path: &str, body: &Value) -> Option<Resp> {
+    pub async fn try_post(&self, path: &str, body: &Value) -> Result<Resp, reqwest::Error> {
         self.try_send(self.req(reqwest::Method::POST, path).json(body)).await
     }
 
