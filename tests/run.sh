@@ -4,6 +4,7 @@
 #
 # Slow installs are kept in a cache directory that is checked first and rebuilt when missing:
 #   HEDDLE_TEST_CACHE   (default: ~/.cache/heddle-test)
+# CLICKHOUSE_URL points the ClickHouse tests at a real server instead of chdb.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -12,7 +13,7 @@ venv="$cache/venv-$(sha256sum tests/python/requirements.txt | cut -c1-12)"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-if ! "$venv/bin/python" -c 'import weave, pytest' >/dev/null 2>&1; then
+if ! "$venv/bin/python" -c 'import weave, pytest, chdb, mmdb_writer' >/dev/null 2>&1; then
     step "creating the Python venv with the pinned SDK in $venv"
     rm -rf "$venv"
     mkdir -p "$cache"
@@ -24,6 +25,8 @@ step "building"
 cargo build --workspace --bins
 
 step "Rust tests"
+# The Python with chdb, for the tests' ClickHouse (tests/support/clickhouse_http.py).
+export HEDDLE_TEST_PYTHON="$venv/bin/python"
 cargo test --workspace
 
 step "real-client tests (weave SDK)"

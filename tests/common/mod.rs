@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod clickhouse;
+
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
@@ -94,6 +96,26 @@ impl Server {
     }
 }
 
+/// Waits (up to 60 s) for the child to print `<prefix><url> ...` on stdout and returns the URL.
+/// Stdout keeps being drained afterwards so the child never blocks on a full pipe.
+pub fn announced_url(child: &mut Child, prefix: &'static str) -> Option<String> {
+    let stdout = child.stdout.take().expect("piped stdout");
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let mut tx = Some(tx);
+        for line in BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let url = line.strip_prefix(prefix).and_then(|rest| rest.split_whitespace().next());
+            if let Some(url) = url
+                && let Some(tx) = tx.take()
+            {
+                let _ = tx.send(url.to_owned());
+            }
+        }
+    });
+    rx.recv_timeout(Duration::from_secs(60)).ok()
+}
+
 /// Starts `heddle serve` on `dir/data`, logging to `dir/server.log`; returns the process and its
 /// URL, read from the address it prints.
 fn spawn(dir: &Path, admin_key: &str, extra: &[&str]) -> (Child, String) {
@@ -116,29 +138,11 @@ fn spawn(dir: &Path, admin_key: &str, extra: &[&str]) -> (Child, String) {
         .stderr(Stdio::from(log))
         .spawn()
         .expect("spawning heddle");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let (tx, rx) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let mut tx = Some(tx);
-        // Keep draining stdout so the server never blocks on a full pipe.
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if let Some(rest) = line.strip_prefix("heddle listening on ") {
-                let url = rest.split_whitespace().next().unwrap_or_default().to_owned();
-                if let Some(tx) = tx.take() {
-                    let _ = tx.send(url);
-                }
-            }
-        }
+    let url = announced_url(&mut child, "heddle listening on ").unwrap_or_else(|| {
+        let _ = child.kill();
+        let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
+        panic!("heddle did not print its listening address; log:\n{log}");
     });
-    let url = match rx.recv_timeout(Duration::from_secs(20)) {
-        Ok(url) => url,
-        Err(_) => {
-            let _ = child.kill();
-            let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
-            panic!("heddle did not print its listening address; log:\n{log}");
-        }
-    };
     assert!(url.starts_with("http://127.0.0.1:"), "unexpected url {url}");
     (child, url)
 }

@@ -1,0 +1,59 @@
+//! Real backing services for tests: the ClickHouse engine behind its HTTP interface (chdb and
+//! `tests/support/clickhouse_http.py`, or a real server named by `CLICKHOUSE_URL`).
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+
+/// The Python that has chdb (the test runner's venv): `HEDDLE_TEST_PYTHON`.
+fn test_python() -> String {
+    std::env::var("HEDDLE_TEST_PYTHON").unwrap_or_else(|_| {
+        panic!(
+            "HEDDLE_TEST_PYTHON is not set: run the suite with `bash tests/run.sh`, which creates \
+             the venv with chdb, or set CLICKHOUSE_URL to a ClickHouse server"
+        )
+    })
+}
+
+/// A ClickHouse HTTP endpoint for one test: a fresh chdb-backed adapter on a free port, or the
+/// server named by `CLICKHOUSE_URL` (then the test must use its own database names).
+pub struct ClickHouse {
+    pub url: String,
+    child: Option<Child>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl ClickHouse {
+    pub fn start() -> ClickHouse {
+        if let Ok(url) = std::env::var("CLICKHOUSE_URL") {
+            return ClickHouse { url, child: None, _dir: None };
+        }
+        let dir = tempfile::tempdir().expect("tempdir");
+        let script =
+            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/clickhouse_http.py");
+        let mut child = Command::new(test_python())
+            .arg(script)
+            .arg("--data-dir")
+            .arg(dir.path().join("chdb"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("starting the ClickHouse HTTP adapter");
+        let url = super::announced_url(&mut child, "clickhouse-http listening on ").unwrap_or_else(
+            || {
+                let _ = child.kill();
+                panic!("the ClickHouse HTTP adapter did not start")
+            },
+        );
+        ClickHouse { url, child: Some(child), _dir: Some(dir) }
+    }
+}
+
+impl Drop for ClickHouse {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
