@@ -25,8 +25,26 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run every role in one process on the embedded SQLite store.
-    Serve(ServeArgs),
+    /// Run every role in one process: on the embedded SQLite store by default, or against
+    /// ClickHouse with `--clickhouse`.
+    Serve {
+        #[command(flatten)]
+        http: HttpArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Run the query role alone: every read endpoint and the low-volume writes.
+    Query {
+        #[command(flatten)]
+        http: HttpArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+    },
+    /// Create or upgrade the schema of the configured store, then exit.
+    Migrate {
+        #[command(flatten)]
+        store: StoreArgs,
+    },
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
@@ -34,22 +52,31 @@ enum Command {
     },
 }
 
-#[derive(Args)]
-struct DataDir {
+/// Where data lives: SQLite in `--data-dir`, or ClickHouse when `--clickhouse` is given.
+#[derive(Args, Clone)]
+struct StoreArgs {
     /// Where the embedded store keeps its data.
     #[arg(long, env = "HEDDLE_DATA_DIR", default_value = "./heddle-data")]
     data_dir: PathBuf,
+    /// ClickHouse HTTP URL (e.g. http://clickhouse:8123); selects the ClickHouse store.
+    #[arg(long, env = "HEDDLE_CLICKHOUSE_URL")]
+    clickhouse: Option<String>,
+    #[arg(long, env = "HEDDLE_CLICKHOUSE_USER", default_value = "default")]
+    clickhouse_user: String,
+    #[arg(long, env = "HEDDLE_CLICKHOUSE_PASSWORD", default_value = "", hide_env_values = true)]
+    clickhouse_password: String,
+    #[arg(long, env = "HEDDLE_CLICKHOUSE_DATABASE", default_value = "default")]
+    clickhouse_database: String,
 }
 
+/// The HTTP front shared by the roles that serve the API.
 #[derive(Args)]
-struct ServeArgs {
+struct HttpArgs {
     /// Address to listen on (port 0 picks a free port; the address is printed).
     #[arg(long, env = "HEDDLE_LISTEN", default_value = "127.0.0.1:6345")]
     listen: SocketAddr,
-    #[command(flatten)]
-    data: DataDir,
-    /// The instance's admin key (may use any entity). Without it, `serve` generates one on its
-    /// first start and prints it once.
+    /// The instance's admin key (may use any entity). Without it, the first start generates one
+    /// and prints it once.
     #[arg(long, env = "HEDDLE_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Largest accepted request body, in bytes (413 above).
@@ -67,7 +94,7 @@ enum KeysCommand {
         #[arg(long)]
         entity: String,
         #[command(flatten)]
-        data: DataDir,
+        store: StoreArgs,
     },
 }
 
@@ -81,12 +108,22 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Serve(args) => serve(args).await,
-        Command::Keys { command: KeysCommand::Create { entity, data } } => {
+        Command::Serve { http, store } => {
+            serve(http, open_store(&store).await?, server::Roles::ALL).await
+        }
+        Command::Query { http, store } => {
+            serve(http, open_store(&store).await?, server::Roles::QUERY).await
+        }
+        Command::Migrate { store } => {
+            open_store(&store).await?;
+            eprintln!("schema is up to date");
+            Ok(())
+        }
+        Command::Keys { command: KeysCommand::Create { entity, store } } => {
             if entity.is_empty() || entity.contains('/') {
                 anyhow::bail!("--entity must be a non-empty name without '/'");
             }
-            let store = open_store(&data)?;
+            let store = open_store(&store).await?;
             let key = generate_key();
             store.create_key(&hash_key(&key), Some(&entity)).await?;
             eprintln!("API key for entity {entity:?} (shown once, store it safely):");
@@ -96,13 +133,17 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-fn open_store(data: &DataDir) -> anyhow::Result<SqliteStore> {
-    SqliteStore::open(&data.data_dir, SqliteOptions::default())
-        .with_context(|| format!("opening the store in {}", data.data_dir.display()))
+/// Opens the configured store and brings its schema up to date.
+async fn open_store(args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
+    if let Some(url) = &args.clickhouse {
+        anyhow::bail!("the ClickHouse store ({url}) is not available in this build yet");
+    }
+    let store = SqliteStore::open(&args.data_dir, SqliteOptions::default())
+        .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
+    Ok(Arc::new(store))
 }
 
-async fn serve(args: ServeArgs) -> anyhow::Result<()> {
-    let store: Arc<dyn Store> = Arc::new(open_store(&args.data)?);
+async fn serve(args: HttpArgs, store: Arc<dyn Store>, roles: server::Roles) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -123,7 +164,7 @@ async fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .with_context(|| format!("opening the GeoIP database {}", path.display()))?,
         None => heddle_query::GeoIp::default(),
     };
-    let app = server::app(store, admin_key.as_deref(), args.max_body_bytes, geoip);
-    println!("heddle listening on {url} (data in {})", args.data.data_dir.display());
+    let app = server::app(store, admin_key.as_deref(), args.max_body_bytes, geoip, roles);
+    println!("heddle listening on {url}");
     server::run(listener, app).await
 }

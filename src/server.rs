@@ -13,23 +13,38 @@ use heddle_query::GeoIp;
 use heddle_store::Store;
 use tower_http::catch_panic::CatchPanicLayer;
 
+/// Which route sets a process serves.
+#[derive(Debug, Clone, Copy)]
+pub struct Roles {
+    pub ingest: bool,
+    pub query: bool,
+}
+
+impl Roles {
+    pub const ALL: Roles = Roles { ingest: true, query: true };
+    pub const QUERY: Roles = Roles { ingest: false, query: true };
+}
+
 pub fn app(
     store: Arc<dyn Store>,
     admin_key: Option<&str>,
     max_body_bytes: usize,
     geoip: GeoIp,
+    roles: Roles,
 ) -> Router {
     let state = AppState::new(store, admin_key, max_body_bytes);
-    Router::new()
-        .merge(heddle_query::public_routes())
-        .merge(heddle_query::routes())
-        .merge(heddle_ingest::routes())
+    let mut router = Router::new().merge(heddle_query::public_routes());
+    if roles.query {
+        router = router.merge(heddle_query::routes());
+    }
+    if roles.ingest {
+        router = router.merge(heddle_ingest::routes());
+    }
+    router
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async {
-            (
-                StatusCode::METHOD_NOT_ALLOWED,
-                axum::Json(serde_json::json!({"reason": "method not allowed"})),
-            )
+            let body = serde_json::json!({"reason": "method not allowed"});
+            (StatusCode::METHOD_NOT_ALLOWED, axum::Json(body))
         })
         .layer(Extension(geoip))
         // Bodies are limited (and oversized ones drained) by heddle_api::extract instead.
