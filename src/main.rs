@@ -3,10 +3,15 @@
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
+use heddle_api::CallSink;
 use heddle_api::auth::{generate_key, hash_key};
+use heddle_ingest::consumer::Pipeline;
+use heddle_ingest::metrics::Metrics;
+use heddle_ingest::producer::KafkaSink;
 use heddle_store::Store;
 use heddle_store::sqlite::{SqliteOptions, SqliteStore};
 
@@ -32,6 +37,30 @@ enum Command {
         http: HttpArgs,
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        kafka: KafkaArgs,
+        #[command(flatten)]
+        consumer: ConsumerArgs,
+    },
+    /// Run the ingest role alone: the call write endpoints, producing to Kafka.
+    Ingest {
+        #[command(flatten)]
+        http: HttpArgs,
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        kafka: KafkaArgs,
+    },
+    /// Run the consumer alone: Kafka → store in batches; serves /health and /metrics.
+    Consume {
+        #[command(flatten)]
+        store: StoreArgs,
+        #[command(flatten)]
+        kafka: KafkaArgs,
+        #[command(flatten)]
+        consumer: ConsumerArgs,
+        #[command(flatten)]
+        http: MetricsArgs,
     },
     /// Run the query role alone: every read endpoint and the low-volume writes.
     Query {
@@ -67,6 +96,75 @@ struct StoreArgs {
     clickhouse_password: String,
     #[arg(long, env = "HEDDLE_CLICKHOUSE_DATABASE", default_value = "default")]
     clickhouse_database: String,
+}
+
+/// Kafka, for the distributed write path.
+#[derive(Args, Clone)]
+struct KafkaArgs {
+    /// Kafka bootstrap servers (host:port,...); with `serve`, switches calls to go through Kafka.
+    #[arg(long = "kafka", env = "HEDDLE_KAFKA_BROKERS")]
+    brokers: Option<String>,
+    #[arg(long, env = "HEDDLE_KAFKA_TOPIC", default_value = "heddle.calls")]
+    kafka_topic: String,
+    /// Where records the store rejects as bad data go, with the reason in a header.
+    #[arg(long, env = "HEDDLE_KAFKA_DLQ_TOPIC", default_value = "heddle.calls.dlq")]
+    kafka_dlq_topic: String,
+    /// How long a write may wait for Kafka's acknowledgement before it fails with 503.
+    #[arg(long, env = "HEDDLE_KAFKA_DELIVERY_TIMEOUT_MS", default_value_t = 5000)]
+    kafka_delivery_timeout_ms: u64,
+    /// Records are cut at about this many bytes (the broker's message.max.bytes must allow it).
+    #[arg(long, env = "HEDDLE_KAFKA_MAX_RECORD_BYTES", default_value_t = 900_000)]
+    kafka_max_record_bytes: usize,
+}
+
+impl KafkaArgs {
+    fn config(&self) -> anyhow::Result<heddle_ingest::producer::KafkaConfig> {
+        let brokers = self.brokers.clone().context("--kafka (HEDDLE_KAFKA_BROKERS) is required")?;
+        Ok(heddle_ingest::producer::KafkaConfig {
+            brokers,
+            topic: self.kafka_topic.clone(),
+            dlq_topic: self.kafka_dlq_topic.clone(),
+            delivery_timeout: Duration::from_millis(self.kafka_delivery_timeout_ms),
+            max_record_bytes: self.kafka_max_record_bytes,
+        })
+    }
+}
+
+/// The consumer: its group and when it flushes a batch (whichever limit comes first).
+#[derive(Args, Clone)]
+struct ConsumerArgs {
+    #[arg(long, env = "HEDDLE_CONSUMER_GROUP", default_value = "heddle-consumer")]
+    consumer_group: String,
+    /// Flush after this many Kafka records.
+    #[arg(long, env = "HEDDLE_BATCH_RECORDS", default_value_t = 500)]
+    batch_records: usize,
+    /// Flush after this many payload bytes.
+    #[arg(long, env = "HEDDLE_BATCH_BYTES", default_value_t = 16 * 1024 * 1024)]
+    batch_bytes: usize,
+    /// Flush this long after a batch's first record, at the latest.
+    #[arg(long, env = "HEDDLE_BATCH_WAIT_MS", default_value_t = 250)]
+    batch_wait_ms: u64,
+}
+
+/// The `consume` role's own small HTTP server.
+#[derive(Args, Clone)]
+struct MetricsArgs {
+    /// Where `consume` serves /health and /metrics.
+    #[arg(long, env = "HEDDLE_METRICS_LISTEN", default_value = "127.0.0.1:9464")]
+    metrics_listen: SocketAddr,
+    /// The admin key, for /metrics (other keys come from the store).
+    #[arg(long, env = "HEDDLE_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+}
+
+impl ConsumerArgs {
+    fn limits(&self) -> heddle_ingest::consumer::BatchLimits {
+        heddle_ingest::consumer::BatchLimits {
+            max_records: self.batch_records.max(1),
+            max_bytes: self.batch_bytes.max(1),
+            max_wait: Duration::from_millis(self.batch_wait_ms),
+        }
+    }
 }
 
 /// The HTTP front shared by the roles that serve the API.
@@ -108,11 +206,50 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Serve { http, store } => {
-            serve(http, open_store(&store).await?, server::Roles::ALL).await
+        Command::Serve { http, store, kafka, consumer } => {
+            let store = open_store(&store).await?;
+            if kafka.brokers.is_none() {
+                return serve(http, store, None, server::Roles::ALL).await;
+            }
+            let metrics = Arc::new(Metrics::new());
+            let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
+            let sink = kafka_sink(&kafka, metrics.clone())?;
+            let consuming = tokio::spawn(pipeline.run(std::future::pending()));
+            let roles = server::Roles { metrics: Some(metrics), ..server::Roles::ALL };
+            tokio::select! {
+                served = serve(http, store, Some(sink), roles) => served,
+                consumed = consuming => Err(anyhow::anyhow!("the consumer stopped: {consumed:?}")),
+            }
+        }
+        Command::Ingest { http, store, kafka } => {
+            let metrics = Arc::new(Metrics::new());
+            let sink = kafka_sink(&kafka, metrics.clone())?;
+            let roles = server::Roles { metrics: Some(metrics), ..server::Roles::INGEST };
+            serve(http, open_store(&store).await?, Some(sink), roles).await
+        }
+        Command::Consume { store, kafka, consumer, http } => {
+            let store = open_store(&store).await?;
+            let metrics = Arc::new(Metrics::new());
+            let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
+            let app = server::app(
+                store,
+                None,
+                http.api_key.as_deref(),
+                usize::MAX,
+                heddle_query::GeoIp::default(),
+                server::Roles { metrics: Some(metrics), ..server::Roles::NONE },
+            );
+            let listener = tokio::net::TcpListener::bind(http.metrics_listen)
+                .await
+                .with_context(|| format!("binding {}", http.metrics_listen))?;
+            println!("heddle consumer metrics on http://{}", listener.local_addr()?);
+            tokio::select! {
+                consumed = pipeline.run(server::shutdown_signal()) => Ok(consumed?),
+                served = server::run(listener, app) => served,
+            }
         }
         Command::Query { http, store } => {
-            serve(http, open_store(&store).await?, server::Roles::QUERY).await
+            serve(http, open_store(&store).await?, None, server::Roles::QUERY).await
         }
         Command::Migrate { store } => {
             open_store(&store).await?;
@@ -133,6 +270,20 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
+fn kafka_sink(kafka: &KafkaArgs, metrics: Arc<Metrics>) -> anyhow::Result<Arc<dyn CallSink>> {
+    Ok(Arc::new(KafkaSink::new(kafka.config()?, metrics).context("creating the Kafka producer")?))
+}
+
+fn consumer_pipeline(
+    kafka: &KafkaArgs,
+    consumer: &ConsumerArgs,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Pipeline> {
+    Pipeline::new(kafka.config()?, &consumer.consumer_group, consumer.limits(), store, metrics)
+        .context("creating the Kafka consumer")
+}
+
 /// Opens the configured store and brings its schema up to date.
 async fn open_store(args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
     if let Some(url) = &args.clickhouse {
@@ -143,7 +294,12 @@ async fn open_store(args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
     Ok(Arc::new(store))
 }
 
-async fn serve(args: HttpArgs, store: Arc<dyn Store>, roles: server::Roles) -> anyhow::Result<()> {
+async fn serve(
+    args: HttpArgs,
+    store: Arc<dyn Store>,
+    calls: Option<Arc<dyn CallSink>>,
+    roles: server::Roles,
+) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
         .await
         .with_context(|| format!("binding {}", args.listen))?;
@@ -164,7 +320,20 @@ async fn serve(args: HttpArgs, store: Arc<dyn Store>, roles: server::Roles) -> a
             .with_context(|| format!("opening the GeoIP database {}", path.display()))?,
         None => heddle_query::GeoIp::default(),
     };
-    let app = server::app(store, admin_key.as_deref(), args.max_body_bytes, geoip, roles);
+    let app = server::app(store, calls, admin_key.as_deref(), args.max_body_bytes, geoip, roles);
     println!("heddle listening on {url}");
     server::run(listener, app).await
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory;
+
+    use super::Cli;
+
+    /// Catches duplicate flags and other definition errors, which clap reports only at run time.
+    #[test]
+    fn cli_definition_is_valid() {
+        Cli::command().debug_assert();
+    }
 }

@@ -6,39 +6,54 @@ use std::sync::Arc;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
+use axum::http::header;
 use axum::response::{IntoResponse, Response};
+use axum::routing::get;
 use axum::{Extension, Router};
-use heddle_api::{ApiError, AppState};
+use heddle_api::{ApiError, AppState, CallSink, Principal};
+use heddle_ingest::metrics::Metrics;
 use heddle_query::GeoIp;
 use heddle_store::Store;
 use tower_http::catch_panic::CatchPanicLayer;
 
 /// Which route sets a process serves.
-#[derive(Debug, Clone, Copy)]
+#[derive(Clone)]
 pub struct Roles {
     pub ingest: bool,
     pub query: bool,
+    /// Serve these pipeline metrics at `/metrics` (API key required, like every endpoint).
+    pub metrics: Option<Arc<Metrics>>,
 }
 
 impl Roles {
-    pub const ALL: Roles = Roles { ingest: true, query: true };
-    pub const QUERY: Roles = Roles { ingest: false, query: true };
+    pub const ALL: Roles = Roles { ingest: true, query: true, metrics: None };
+    pub const INGEST: Roles = Roles { ingest: true, query: false, metrics: None };
+    pub const QUERY: Roles = Roles { ingest: false, query: true, metrics: None };
+    pub const NONE: Roles = Roles { ingest: false, query: false, metrics: None };
 }
 
 pub fn app(
     store: Arc<dyn Store>,
+    calls: Option<Arc<dyn CallSink>>,
     admin_key: Option<&str>,
     max_body_bytes: usize,
     geoip: GeoIp,
     roles: Roles,
 ) -> Router {
-    let state = AppState::new(store, admin_key, max_body_bytes);
+    let state = AppState::new(store, calls, admin_key, max_body_bytes);
     let mut router = Router::new().merge(heddle_query::public_routes());
     if roles.query {
         router = router.merge(heddle_query::routes());
     }
     if roles.ingest {
         router = router.merge(heddle_ingest::routes());
+    }
+    if let Some(metrics) = roles.metrics {
+        let render = move |_: Principal| {
+            let text = metrics.render();
+            async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
+        };
+        router = router.route("/metrics", get(render));
     }
     router
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
@@ -64,7 +79,7 @@ pub async fn run(listener: tokio::net::TcpListener, app: Router) -> anyhow::Resu
     Ok(())
 }
 
-async fn shutdown_signal() {
+pub async fn shutdown_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

@@ -73,6 +73,7 @@ impl From<StoreError> for ApiError {
                 ApiError::Deleted { reason: format!("{what} was deleted"), deleted_at }
             }
             StoreError::Overloaded => ApiError::Overloaded(e.to_string()),
+            e @ StoreError::Rejected(_) => ApiError::BadRequest(e.to_string()),
             StoreError::Backend(m) => ApiError::Internal(m),
         }
     }

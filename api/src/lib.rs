@@ -9,4 +9,4 @@ pub mod state;
 pub use auth::{Auth, Principal};
 pub use error::ApiError;
 pub use extract::{Json, RawBody};
-pub use state::AppState;
+pub use state::{AppState, CallSink, StoreSink};

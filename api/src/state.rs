@@ -1,23 +1,50 @@
 use std::sync::Arc;
 
+use async_trait::async_trait;
+use heddle_proto::calls::CallPart;
 use heddle_store::Store;
 
-use crate::Auth;
+use crate::{ApiError, Auth};
 
-/// What every handler of the embedded server can reach.
+/// Where the ingest endpoints put call parts. It returns only once the parts are durable: in the
+/// store (embedded mode) or acknowledged by Kafka (distributed mode).
+#[async_trait]
+pub trait CallSink: Send + Sync + 'static {
+    async fn write(&self, parts: Vec<CallPart>) -> Result<(), ApiError>;
+}
+
+/// The embedded write path: straight into the store.
+pub struct StoreSink(pub Arc<dyn Store>);
+
+#[async_trait]
+impl CallSink for StoreSink {
+    async fn write(&self, parts: Vec<CallPart>) -> Result<(), ApiError> {
+        Ok(self.0.apply_call_parts(parts).await?)
+    }
+}
+
+/// What every handler can reach.
 pub struct AppState {
     pub store: Arc<dyn Store>,
+    pub calls: Arc<dyn CallSink>,
     pub auth: Auth,
     /// Largest request body accepted (413 above).
     pub max_body_bytes: usize,
 }
 
 impl AppState {
+    /// `calls: None` writes calls straight into `store`.
     pub fn new(
         store: Arc<dyn Store>,
+        calls: Option<Arc<dyn CallSink>>,
         admin_key: Option<&str>,
         max_body_bytes: usize,
     ) -> Arc<AppState> {
-        Arc::new(AppState { auth: Auth::new(store.clone(), admin_key), store, max_body_bytes })
+        Arc::new(AppState {
+            auth: Auth::new(store.clone(), admin_key),
+            calls: calls.unwrap_or_else(|| Arc::new(StoreSink(store.clone()))),
+            store,
+            max_body_bytes,
+        })
     }
 }

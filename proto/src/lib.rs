@@ -8,6 +8,7 @@ pub mod error;
 pub mod ids;
 pub mod objects;
 pub mod query;
+pub mod record;
 pub mod time;
 
 pub use error::ProtoError;

@@ -25,6 +25,10 @@ pub enum StoreError {
     /// The write queue is full: shed load instead of growing memory.
     #[error("storage is overloaded, retry later")]
     Overloaded,
+    /// The backend refused the data itself (not a transient failure): retrying the same data
+    /// cannot succeed, so a pipeline must isolate it rather than retry forever.
+    #[error("storage rejected the data: {0}")]
+    Rejected(String),
     #[error("storage error: {0}")]
     Backend(String),
 }
@@ -58,6 +62,14 @@ pub struct KeyRecord {
 pub trait Store: Send + Sync + 'static {
     /// Applies call parts as upserts by `(project, id)`. Returns once they are durable.
     async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()>;
+
+    /// Like `apply_call_parts`, for a batch that may be applied again verbatim (a pipeline
+    /// retrying after a crash): backends that can deduplicate whole inserts use `token` to store
+    /// the batch once. Either way, parts are idempotent, so a repeat is never visible.
+    async fn apply_call_parts_once(&self, parts: Vec<CallPart>, token: &str) -> Result<()> {
+        let _ = token;
+        self.apply_call_parts(parts).await
+    }
 
     /// Sets a call's display name (`""` clears it). Applies even when the call has not arrived
     /// yet, and wins over the display name of parts that arrive later.

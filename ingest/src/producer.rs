@@ -1,0 +1,174 @@
+//! The distributed write path: call parts go to Kafka, and the HTTP answer is sent only after
+//! every record of the request is acknowledged by all in-sync replicas (`acks=all`, idempotent
+//! producer). A broker that cannot acknowledge within the delivery timeout turns into 503 with
+//! Retry-After — never a 200 for data that is not stored. librdkafka reconnects by itself, so
+//! ingest recovers without intervention when the broker is back.
+//!
+//! Record design: one record per (request, partition), not one per call. tansu and small Kafka
+//! clusters sustain tens of thousands of records per second, while the SDK sends up to 1000 calls
+//! per request; grouping keeps the record rate per request bounded by the partition count. The
+//! partition is chosen from the trace id, so all parts of a trace stay on one partition.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use heddle_api::{ApiError, CallSink};
+use heddle_proto::calls::CallPart;
+use heddle_proto::record::{CallPartRecord, encode_parts, partition_of};
+use prost::Message as _;
+use rdkafka::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use tokio::sync::Mutex;
+
+use crate::metrics::Metrics;
+
+/// Kafka settings shared by the producer and the consumer.
+#[derive(Debug, Clone)]
+pub struct KafkaConfig {
+    pub brokers: String,
+    pub topic: String,
+    pub dlq_topic: String,
+    /// How long a produce may wait for acknowledgement before the request fails with 503.
+    pub delivery_timeout: Duration,
+    /// Records are cut at about this size (parts larger than it travel alone).
+    pub max_record_bytes: usize,
+}
+
+pub(crate) fn producer_config(cfg: &KafkaConfig) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &cfg.brokers)
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("message.timeout.ms", cfg.delivery_timeout.as_millis().to_string())
+        .set("linger.ms", "2")
+        .set("message.max.bytes", (cfg.max_record_bytes * 2 + 65_536).to_string());
+    c
+}
+
+pub struct KafkaSink {
+    producer: FutureProducer,
+    cfg: KafkaConfig,
+    metrics: Arc<Metrics>,
+    /// Partition count of the topic, refreshed from metadata now and then.
+    partitions: AtomicU32,
+    refreshed: Mutex<Option<Instant>>,
+}
+
+const METADATA_REFRESH: Duration = Duration::from_secs(30);
+
+impl KafkaSink {
+    pub fn new(cfg: KafkaConfig, metrics: Arc<Metrics>) -> Result<KafkaSink, KafkaError> {
+        let producer = producer_config(&cfg).create()?;
+        Ok(KafkaSink {
+            producer,
+            cfg,
+            metrics,
+            partitions: AtomicU32::new(0),
+            refreshed: Mutex::new(None),
+        })
+    }
+
+    /// The topic's partition count: cached, refreshed every 30 s, fetched when unknown.
+    async fn partition_count(&self) -> Result<u32, ApiError> {
+        let mut refreshed = self.refreshed.lock().await;
+        let known = self.partitions.load(Ordering::Relaxed);
+        if known > 0 && refreshed.is_some_and(|t| t.elapsed() < METADATA_REFRESH) {
+            return Ok(known);
+        }
+        let client = self.producer.clone();
+        let topic = self.cfg.topic.clone();
+        let timeout = self.cfg.delivery_timeout;
+        let fetched = tokio::task::spawn_blocking(move || {
+            let md = client.client().fetch_metadata(Some(&topic), timeout)?;
+            Ok::<_, KafkaError>(md.topics().first().map_or(0, |t| t.partitions().len() as u32))
+        })
+        .await
+        .map_err(|e| ApiError::Internal(e.to_string()))?;
+        match fetched {
+            Ok(n) if n > 0 => {
+                self.partitions.store(n, Ordering::Relaxed);
+                *refreshed = Some(Instant::now());
+                Ok(n)
+            }
+            // A stale count is still a valid routing; only an unknown one is fatal.
+            _ if known > 0 => Ok(known),
+            Ok(_) => Err(unavailable(format!("topic {} has no partitions", self.cfg.topic))),
+            Err(e) => Err(unavailable(format!("Kafka metadata unavailable: {e}"))),
+        }
+    }
+
+    /// Splits parts into records: grouped by partition, cut at `max_record_bytes`.
+    fn records(&self, parts: &[CallPart], partitions: u32) -> Vec<(i32, String, Vec<u8>)> {
+        let mut groups: Vec<Vec<&CallPart>> = vec![Vec::new(); partitions as usize];
+        for p in parts {
+            let key = p.trace_id.as_deref().unwrap_or(&p.id);
+            groups[partition_of(key, partitions) as usize].push(p);
+        }
+        let mut out = Vec::new();
+        for (partition, group) in groups.into_iter().enumerate() {
+            let mut chunk: Vec<&CallPart> = Vec::new();
+            let mut size = 0;
+            for p in group {
+                let len = CallPartRecord::from(p).encoded_len();
+                if !chunk.is_empty() && size + len > self.cfg.max_record_bytes {
+                    out.push(record(partition, &chunk));
+                    chunk.clear();
+                    size = 0;
+                }
+                chunk.push(p);
+                size += len;
+            }
+            if !chunk.is_empty() {
+                out.push(record(partition, &chunk));
+            }
+        }
+        out
+    }
+}
+
+fn record(partition: usize, parts: &[&CallPart]) -> (i32, String, Vec<u8>) {
+    let key = parts[0].trace_id.clone().unwrap_or_else(|| parts[0].id.clone());
+    (partition as i32, key, encode_parts(parts.iter().copied()))
+}
+
+fn unavailable(msg: String) -> ApiError {
+    ApiError::Overloaded(format!("{msg}; the data was not stored, retry later"))
+}
+
+#[async_trait]
+impl CallSink for KafkaSink {
+    async fn write(&self, parts: Vec<CallPart>) -> Result<(), ApiError> {
+        let partitions = self.partition_count().await?;
+        let records = self.records(&parts, partitions);
+        let sends =
+            records.iter().map(|(partition, key, payload)| {
+                let rec = FutureRecord::to(&self.cfg.topic)
+                    .partition(*partition)
+                    .key(key)
+                    .payload(payload);
+                async move {
+                    self.producer.send(rec, self.cfg.delivery_timeout).await.map_err(|(e, _)| e)
+                }
+            });
+        match try_join_all(sends).await {
+            Ok(_) => {
+                self.metrics.produced.with_label_values(&["acked"]).inc_by(records.len() as u64);
+                Ok(())
+            }
+            Err(e) => {
+                self.metrics.produced.with_label_values(&["failed"]).inc();
+                tracing::warn!(error = %e, "produce failed");
+                Err(match e.rdkafka_error_code() {
+                    Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
+                        ApiError::TooLarge(format!("a call is larger than Kafka accepts: {e}"))
+                    }
+                    _ => unavailable(format!("Kafka did not acknowledge the write: {e}")),
+                })
+            }
+        }
+    }
+}
