@@ -13,6 +13,7 @@ use heddle_proto::calls::{Call, CallPart, CallsQuery};
 use heddle_proto::objects::{ObjSchema, VersionSel};
 use heddle_proto::time::Micros;
 
+pub mod clickhouse;
 pub mod sqlite;
 
 #[derive(Debug, thiserror::Error)]

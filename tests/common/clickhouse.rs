@@ -15,9 +15,12 @@ fn test_python() -> String {
 }
 
 /// A ClickHouse HTTP endpoint for one test: a fresh chdb-backed adapter on a free port, or the
-/// server named by `CLICKHOUSE_URL` (then the test must use its own database names).
+/// server named by `CLICKHOUSE_URL` (then the test must use its own database names;
+/// `database` is a fresh one to use).
 pub struct ClickHouse {
     pub url: String,
+    /// With `CLICKHOUSE_URL`: a database name unique to this test (heddle creates it).
+    pub database: Option<String>,
     child: Option<Child>,
     _dir: Option<tempfile::TempDir>,
 }
@@ -25,7 +28,8 @@ pub struct ClickHouse {
 impl ClickHouse {
     pub fn start() -> ClickHouse {
         if let Ok(url) = std::env::var("CLICKHOUSE_URL") {
-            return ClickHouse { url, child: None, _dir: None };
+            let database = format!("heddle_test_{}", uuid::Uuid::new_v4().simple());
+            return ClickHouse { url, database: Some(database), child: None, _dir: None };
         }
         let dir = tempfile::tempdir().expect("tempdir");
         let script =
@@ -45,7 +49,7 @@ impl ClickHouse {
                 panic!("the ClickHouse HTTP adapter did not start")
             },
         );
-        ClickHouse { url, child: Some(child), _dir: Some(dir) }
+        ClickHouse { url, database: None, child: Some(child), _dir: Some(dir) }
     }
 }
 

@@ -1,6 +1,10 @@
 //! Support for the HTTP integration tests: starts the real `heddle` binary on a free port with
 //! a fresh data directory and a random admin key, and offers small authed request helpers.
 //! Each test starts its own server (startup is a few milliseconds); it is killed on drop.
+//!
+//! `HEDDLE_TEST_STORE` picks the store every server runs on: `sqlite` (default) or
+//! `clickhouse`, where each server gets its own ClickHouse (see [`clickhouse::ClickHouse`]),
+//! kept as long as the server, so the same suites check both backends.
 
 #![allow(dead_code)]
 
@@ -16,11 +20,31 @@ use serde_json::{Value, json};
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_heddle");
 
+/// The store the test servers run on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreMode {
+    Sqlite,
+    ClickHouse,
+}
+
+/// `HEDDLE_TEST_STORE`: `sqlite` (default) or `clickhouse`.
+pub fn store_mode() -> StoreMode {
+    match std::env::var("HEDDLE_TEST_STORE").as_deref() {
+        Err(_) | Ok("") | Ok("sqlite") => StoreMode::Sqlite,
+        Ok("clickhouse") => StoreMode::ClickHouse,
+        Ok(other) => panic!("HEDDLE_TEST_STORE={other:?}: expected \"sqlite\" or \"clickhouse\""),
+    }
+}
+
 pub struct Server {
     pub url: String,
     pub admin_key: String,
     pub dir: tempfile::TempDir,
     child: Child,
+    /// The store flags every `heddle` command of this server gets.
+    store_args: Vec<String>,
+    /// The server's ClickHouse (ClickHouse mode), dropped after the server.
+    clickhouse: Option<clickhouse::ClickHouse>,
 }
 
 impl Drop for Server {
@@ -44,8 +68,24 @@ impl Server {
     pub fn start_with(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let admin_key = format!("test-admin-{}", uuid::Uuid::new_v4());
-        let (child, url) = spawn(dir.path(), &admin_key, extra);
-        Server { url, admin_key, dir, child }
+        let mut store_args = vec!["--data-dir".to_owned(), path_arg(&dir.path().join("data"))];
+        let clickhouse = match store_mode() {
+            StoreMode::Sqlite => None,
+            StoreMode::ClickHouse => {
+                let ch = clickhouse::ClickHouse::start();
+                store_args.extend(["--clickhouse".to_owned(), ch.url.clone()]);
+                if let Some(db) = &ch.database {
+                    store_args.extend(["--clickhouse-database".to_owned(), db.clone()]);
+                }
+                Some(ch)
+            }
+        };
+        let (child, url) = spawn(dir.path(), &admin_key, &store_args, extra);
+        Server { url, admin_key, dir, child, store_args, clickhouse }
+    }
+
+    pub fn store_mode(&self) -> StoreMode {
+        if self.clickhouse.is_some() { StoreMode::ClickHouse } else { StoreMode::Sqlite }
     }
 
     /// Kills the process with SIGKILL (no shutdown of any kind) and starts a new one on the same
@@ -53,7 +93,7 @@ impl Server {
     pub fn kill_and_restart(&mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reaping the killed server");
-        let (child, url) = spawn(self.dir.path(), &self.admin_key, &[]);
+        let (child, url) = spawn(self.dir.path(), &self.admin_key, &self.store_args, &[]);
         self.child = child;
         self.url = url;
     }
@@ -66,9 +106,9 @@ impl Server {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
 
-    /// `heddle keys create --entity NAME` against this server's data dir; returns the key.
+    /// `heddle keys create --entity NAME` against this server's store; returns the key.
     pub fn create_entity_key(&self, entity: &str) -> String {
-        create_entity_key(&self.data_dir(), entity)
+        create_entity_key(&self.store_args, entity)
     }
 
     /// A client authenticated with the admin key.
@@ -116,9 +156,13 @@ pub fn announced_url(child: &mut Child, prefix: &'static str) -> Option<String> 
     rx.recv_timeout(Duration::from_secs(60)).ok()
 }
 
-/// Starts `heddle serve` on `dir/data`, logging to `dir/server.log`; returns the process and its
-/// URL, read from the address it prints.
-fn spawn(dir: &Path, admin_key: &str, extra: &[&str]) -> (Child, String) {
+fn path_arg(p: &Path) -> String {
+    p.to_str().expect("UTF-8 temp path").to_owned()
+}
+
+/// Starts `heddle serve` on the store named by `store_args`, logging to `dir/server.log`;
+/// returns the process and its URL, read from the address it prints.
+fn spawn(dir: &Path, admin_key: &str, store_args: &[String], extra: &[&str]) -> (Child, String) {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -126,13 +170,15 @@ fn spawn(dir: &Path, admin_key: &str, extra: &[&str]) -> (Child, String) {
         .expect("log file");
     let mut child = Command::new(BIN)
         .arg("serve")
-        .args(["--listen", "127.0.0.1:0", "--api-key", admin_key, "--data-dir"])
-        .arg(dir.join("data"))
+        .args(["--listen", "127.0.0.1:0", "--api-key", admin_key])
+        .args(store_args)
         .args(extra)
         .env_remove("HEDDLE_API_KEY")
         .env_remove("HEDDLE_MAX_BODY_BYTES")
         .env_remove("HEDDLE_DATA_DIR")
         .env_remove("HEDDLE_LISTEN")
+        .env_remove("HEDDLE_CLICKHOUSE_URL")
+        .env_remove("HEDDLE_CLICKHOUSE_DATABASE")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
@@ -147,11 +193,14 @@ fn spawn(dir: &Path, admin_key: &str, extra: &[&str]) -> (Child, String) {
     (child, url)
 }
 
-pub fn create_entity_key(data_dir: &Path, entity: &str) -> String {
+/// `heddle keys create --entity NAME` with the given store flags; returns the key.
+pub fn create_entity_key(store_args: &[String], entity: &str) -> String {
     let out = Command::new(BIN)
-        .args(["keys", "create", "--entity", entity, "--data-dir"])
-        .arg(data_dir)
+        .args(["keys", "create", "--entity", entity])
+        .args(store_args)
         .env_remove("HEDDLE_DATA_DIR")
+        .env_remove("HEDDLE_CLICKHOUSE_URL")
+        .env_remove("HEDDLE_CLICKHOUSE_DATABASE")
         .output()
         .expect("running heddle keys create");
     assert!(out.status.success(), "keys create failed: {}", String::from_utf8_lossy(&out.stderr));
@@ -247,6 +296,11 @@ pub fn parse_jsonl(body: &[u8]) -> Vec<Value> {
 }
 
 impl Api {
+    /// The same endpoint without credentials.
+    pub fn client_without_auth(&self) -> Api {
+        Api { auth: None, ..self.clone() }
+    }
+
     fn req(&self, method: reqwest::Method, path: &str) -> reqwest::RequestBuilder {
         let mut r = self.http.request(method, format!("{}{path}", self.url));
         if let Some(auth) = &self.auth {

@@ -1,0 +1,103 @@
+//! Versioned schema migrations for ClickHouse, recorded in `heddle_schema_migrations`.
+//!
+//! ClickHouse has no transactions, so a migration cannot be applied atomically. Instead every
+//! statement of a migration is idempotent (`IF NOT EXISTS`, ...): a migration interrupted
+//! half-way is simply applied again from its first statement, and its version is recorded only
+//! after all its statements succeeded. Two processes migrating at once both run idempotent
+//! statements and both record the version; reads take distinct versions.
+
+use clickhouse::Client;
+
+/// Migrations in order: `(version, statements)`. Append only: never edit one that has shipped.
+const MIGRATIONS: &[(u32, &str)] = &[(1, include_str!("migrations/0001_init.sql"))];
+
+pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
+const CREATE_LOG: &str = "CREATE TABLE IF NOT EXISTS heddle_schema_migrations (
+    version    UInt32,
+    applied_at DateTime64(6, 'UTC') DEFAULT now64(6)
+) ENGINE = ReplacingMergeTree ORDER BY version";
+
+/// The statements of a migration file: comment lines dropped, split at a `;` ending a line.
+pub fn statements(file: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut current = String::new();
+    for line in file.lines() {
+        let trimmed = line.trim();
+        if trimmed.starts_with("--") || trimmed.is_empty() {
+            continue;
+        }
+        current.push_str(line);
+        current.push('\n');
+        if trimmed.ends_with(';') {
+            let stmt = current.trim().trim_end_matches(';').trim().to_owned();
+            if !stmt.is_empty() {
+                out.push(stmt);
+            }
+            current.clear();
+        }
+    }
+    let rest = current.trim();
+    if !rest.is_empty() {
+        out.push(rest.to_owned());
+    }
+    out
+}
+
+/// Versions recorded as applied.
+pub async fn applied(client: &Client) -> clickhouse::error::Result<Vec<u32>> {
+    client.query_raw(CREATE_LOG).with_setting("wait_end_of_query", "1").execute().await?;
+    client
+        .query_raw("SELECT DISTINCT version FROM heddle_schema_migrations ORDER BY version")
+        .fetch_all::<u32>()
+        .await
+}
+
+/// Applies every migration not yet recorded; returns the versions applied now (empty when the
+/// schema was up to date). Versions recorded by a newer heddle are left alone.
+pub async fn migrate(client: &Client) -> clickhouse::error::Result<Vec<u32>> {
+    let done = applied(client).await?;
+    let mut now = Vec::new();
+    for (version, file) in MIGRATIONS {
+        if done.contains(version) {
+            continue;
+        }
+        for stmt in statements(file) {
+            client.query_raw(&stmt).with_setting("wait_end_of_query", "1").execute().await?;
+        }
+        client
+            .query_raw("INSERT INTO heddle_schema_migrations (version) VALUES ({v:UInt32})")
+            .param("v", version)
+            .with_setting("wait_end_of_query", "1")
+            .execute()
+            .await?;
+        tracing::info!(version, "applied ClickHouse migration");
+        now.push(*version);
+    }
+    Ok(now)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn splits_statements_at_line_ends() {
+        let file = "-- a comment; not a statement\nCREATE TABLE a (x String DEFAULT ';')\nENGINE = Log;\n\n-- more\nCREATE TABLE b (y UInt8) ENGINE = Log;\n";
+        assert_eq!(
+            statements(file),
+            [
+                "CREATE TABLE a (x String DEFAULT ';')\nENGINE = Log",
+                "CREATE TABLE b (y UInt8) ENGINE = Log"
+            ]
+        );
+        let ours = statements(MIGRATIONS[0].1);
+        assert_eq!(ours.len(), 4, "{ours:#?}");
+        assert!(ours.iter().all(|s| s.starts_with("CREATE TABLE IF NOT EXISTS")), "{ours:#?}");
+    }
+
+    #[test]
+    fn versions_increase() {
+        assert!(MIGRATIONS.windows(2).all(|w| w[0].0 < w[1].0));
+    }
+}

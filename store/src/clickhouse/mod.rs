@@ -1,0 +1,329 @@
+//! The distributed backend: ClickHouse over its HTTP interface (the `clickhouse` crate, LZ4
+//! compressed). Schema: `migrations/0001_init.sql`; every statement: [`sql`]; row types: [`rows`].
+//!
+//! Writes are synchronous inserts (no `async_insert`): when a call returns, the rows are in
+//! ClickHouse and visible to the next read. Calls are append-only rows aggregated per call at
+//! read time, which gives order tolerance and idempotency without transactions (see
+//! `sql::CALLS_AGG`). Objects need a version index per new digest, which ClickHouse cannot
+//! assign atomically: see [`ClickHouseStore::create_object`].
+
+pub mod migrations;
+mod rows;
+pub mod sql;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use clickhouse::Client;
+use futures::StreamExt;
+use heddle_proto::ProjectId;
+use heddle_proto::calls::{CallPart, CallsQuery};
+use heddle_proto::objects::{ObjSchema, VersionSel};
+use heddle_proto::time::Micros;
+use serde_json::value::RawValue;
+
+use self::rows::{
+    Blob, CallRow, FileContentRow, FileRow, KeyEntityRow, KeyRow, ObjectMetaRow, ObjectRow,
+    ObjectStateRow, PartRow,
+};
+use self::sql::{ObjectBy, Sql};
+use crate::{CallStream, KeyRecord, NewObject, Result, Store, StoreError};
+
+fn backend(e: impl std::fmt::Display) -> StoreError {
+    StoreError::Backend(format!("clickhouse: {e}"))
+}
+
+/// Orders the rows of one call (and of one object digest): a per-process monotonic counter
+/// seeded from the clock in nanoseconds, so rows written later by this or (with roughly
+/// synchronised clocks) another process compare greater.
+fn next_version() -> u64 {
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_nanos() as u64);
+    let prev =
+        LAST.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |prev| Some(now.max(prev + 1)));
+    now.max(prev.expect("the update always succeeds") + 1)
+}
+
+/// Stripes of the object-version lock (see `create_object`).
+const OBJECT_LOCKS: usize = 64;
+
+pub struct ClickHouseStore {
+    client: Client,
+    /// Object creation per (project, object_id) is serialised through one of these stripes.
+    object_locks: Vec<tokio::sync::Mutex<()>>,
+}
+
+impl ClickHouseStore {
+    /// Connects to the ClickHouse HTTP interface at `url`, creates `database` when it is not
+    /// `default`, and migrates the schema to the latest version.
+    pub async fn connect(
+        url: &str,
+        user: &str,
+        password: &str,
+        database: &str,
+    ) -> Result<ClickHouseStore> {
+        let base = Client::default().with_url(url).with_user(user).with_password(password);
+        if database != "default" {
+            // An operator-chosen name, not a user value: checked, then quoted as an identifier.
+            if database.is_empty()
+                || !database.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_')
+            {
+                return Err(backend(format!(
+                    "invalid database name {database:?}: letters, digits and '_' only"
+                )));
+            }
+            base.query_raw(&format!("CREATE DATABASE IF NOT EXISTS `{database}`"))
+                .execute()
+                .await
+                .map_err(backend)?;
+        }
+        let client = base.with_database(database);
+        migrations::migrate(&client).await.map_err(backend)?;
+        let object_locks = (0..OBJECT_LOCKS).map(|_| tokio::sync::Mutex::new(())).collect();
+        Ok(ClickHouseStore { client, object_locks })
+    }
+
+    /// The client, e.g. for tests that look at the tables.
+    pub fn client(&self) -> &Client {
+        &self.client
+    }
+
+    /// Inserts `rows` into `table` and returns once ClickHouse has stored them: synchronous
+    /// (`async_insert = 0`), with the status sent only at the end of the query.
+    async fn insert<T>(&self, table: &str, rows: &[T::Value<'_>]) -> Result<()>
+    where
+        T: clickhouse::Row + clickhouse::RowWrite,
+    {
+        if rows.is_empty() {
+            return Ok(());
+        }
+        let mut insert = self
+            .client
+            .insert::<T>(table)
+            .await
+            .map_err(backend)?
+            .with_setting("wait_end_of_query", "1")
+            .with_setting("async_insert", "0");
+        for row in rows {
+            insert.write(row).await.map_err(backend)?;
+        }
+        insert.end().await.map_err(backend)
+    }
+
+    fn object_lock(&self, project: &ProjectId, object_id: &str) -> &tokio::sync::Mutex<()> {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        (project.as_str(), object_id).hash(&mut h);
+        &self.object_locks[h.finish() as usize % OBJECT_LOCKS]
+    }
+}
+
+fn version_text(v: &VersionSel) -> String {
+    match v {
+        VersionSel::Latest => "latest".into(),
+        VersionSel::Index(i) => format!("v{i}"),
+        VersionSel::Digest(d) => d.clone(),
+    }
+}
+
+#[async_trait]
+impl Store for ClickHouseStore {
+    async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
+        let rows: Vec<PartRow> =
+            parts.into_iter().map(|p| PartRow::from_part(p, next_version())).collect();
+        self.insert::<PartRow>(sql::CALL_PARTS, &rows).await
+    }
+
+    async fn set_call_display_name(&self, project: &ProjectId, id: &str, name: &str) -> Result<()> {
+        let row = PartRow::rename(project, id, name, next_version());
+        self.insert::<PartRow>(sql::CALL_PARTS, &[row]).await
+    }
+
+    async fn delete_calls(&self, project: &ProjectId, ids: &[String]) -> Result<u64> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let doomed: Vec<String> = sql::doomed_calls(project.as_str(), ids)
+            .query(&self.client)
+            .fetch_all::<String>()
+            .await
+            .map_err(backend)?;
+        let at = Micros::now();
+        let rows: Vec<PartRow> =
+            doomed.into_iter().map(|id| PartRow::delete(project, id, at, next_version())).collect();
+        self.insert::<PartRow>(sql::CALL_PARTS, &rows).await?;
+        Ok(rows.len() as u64)
+    }
+
+    async fn query_calls(&self, q: CallsQuery) -> Result<CallStream> {
+        let statement = sql::select_calls(&q);
+        let mut cursor = statement.query(&self.client).fetch::<CallRow>().map_err(backend)?;
+        // The first row is fetched here, so an error in the query itself is this call's error
+        // and the HTTP layer can answer with a status before the first byte.
+        let first = match cursor.next().await.map_err(backend)? {
+            Some(row) => row,
+            None => return Ok(Box::pin(futures::stream::empty())),
+        };
+        let to_call = |row: CallRow| row.into_call().map_err(StoreError::Backend);
+        let rest = futures::stream::unfold(Some(cursor), move |cursor| async move {
+            let mut cursor = cursor?;
+            match cursor.next().await {
+                Ok(Some(row)) => Some((to_call(row), Some(cursor))),
+                Ok(None) => None,
+                Err(e) => Some((Err(backend(e)), None)),
+            }
+        });
+        Ok(Box::pin(futures::stream::once(async move { to_call(first) }).chain(rest)))
+    }
+
+    async fn count_calls(&self, q: CallsQuery) -> Result<u64> {
+        sql::count_calls(&q).query(&self.client).fetch_one::<u64>().await.map_err(backend)
+    }
+
+    /// Version indexes are `max + 1` per object. ClickHouse has no transactions, so two
+    /// concurrent creates of new digests could take the same index: this assumes ONE writer of
+    /// objects per (project, object_id) — the query role of a single process (objects are a
+    /// low-volume write) — and serialises creates in-process. Duplicates of one digest are
+    /// harmless anyway: reads take one row per digest.
+    async fn create_object(&self, o: NewObject) -> Result<()> {
+        let _guard = self.object_lock(&o.project, &o.object_id).lock().await;
+        let state: ObjectStateRow = sql::object_state(o.project.as_str(), &o.object_id, &o.digest)
+            .query(&self.client)
+            .fetch_one()
+            .await
+            .map_err(backend)?;
+        let (version_index, created_at, wb_user_id) = if state.found > 0 {
+            let (index, created_at, deleted, wb_user_id) = state.mine;
+            if deleted == 0 {
+                return Ok(()); // the version exists: a no-op
+            }
+            // Revive the deleted version as it was (a newer row of the same digest).
+            (index, created_at, wb_user_id)
+        } else if state.versions == 0 {
+            (0, Micros::now().0, o.wb_user_id)
+        } else {
+            (state.max_index + 1, Micros::now().0, o.wb_user_id)
+        };
+        let row = ObjectRow {
+            project_id: o.project.as_str().to_owned(),
+            object_id: o.object_id,
+            digest: o.digest,
+            version_index,
+            kind: o.kind.to_owned(),
+            base_object_class: o.base_object_class,
+            leaf_object_class: o.leaf_object_class,
+            val: o.val,
+            created_at,
+            deleted_at: None,
+            wb_user_id,
+            row_version: next_version(),
+        };
+        self.insert::<ObjectRow>("objects", &[row]).await
+    }
+
+    async fn read_object(
+        &self,
+        project: &ProjectId,
+        object_id: &str,
+        version: &VersionSel,
+        metadata_only: bool,
+    ) -> Result<ObjSchema> {
+        let by = match version {
+            VersionSel::Latest => ObjectBy::Latest,
+            VersionSel::Index(i) => ObjectBy::Index(*i),
+            VersionSel::Digest(d) => ObjectBy::Digest(d.clone()),
+        };
+        let found: Option<ObjectMetaRow> = sql::select_object(project.as_str(), object_id, &by)
+            .query(&self.client)
+            .fetch_optional()
+            .await
+            .map_err(backend)?;
+        let what = || format!("object {object_id}:{}", version_text(version));
+        let meta = found.ok_or_else(|| StoreError::NotFound(format!("{} not found", what())))?;
+        if let Some(at) = meta.deleted_us {
+            return Err(StoreError::Deleted { what: what(), deleted_at: Micros(at) });
+        }
+        let val = if metadata_only {
+            None
+        } else {
+            let text: String = sql::select_object_val(project.as_str(), object_id, &meta.digest)
+                .query(&self.client)
+                .fetch_one()
+                .await
+                .map_err(backend)?;
+            Some(RawValue::from_string(text).map_err(backend)?)
+        };
+        Ok(ObjSchema {
+            project_id: project.clone(),
+            object_id: object_id.to_owned(),
+            digest: meta.digest,
+            version_index: meta.version_index,
+            is_latest: meta.is_latest as i64,
+            kind: meta.kind,
+            base_object_class: meta.base_object_class,
+            leaf_object_class: meta.leaf_object_class,
+            val,
+            created_at: Micros(meta.created_us),
+            deleted_at: None,
+            wb_user_id: meta.wb_user_id,
+        })
+    }
+
+    async fn create_file(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()> {
+        // Content-addressed: skip the upload when the digest is stored. A racing duplicate is
+        // the same row and collapses in the ReplacingMergeTree.
+        let n: u64 = sql::file_exists(project.as_str(), digest)
+            .query(&self.client)
+            .fetch_one()
+            .await
+            .map_err(backend)?;
+        if n > 0 {
+            return Ok(());
+        }
+        let row = FileRow {
+            project_id: project.as_str().to_owned(),
+            digest: digest.to_owned(),
+            size_bytes: content.len() as u64,
+            content: Blob(content),
+            created_at: Micros::now().0,
+        };
+        self.insert::<FileRow>("files", &[row]).await
+    }
+
+    async fn read_file(&self, project: &ProjectId, digest: &str) -> Result<Bytes> {
+        let found: Option<FileContentRow> = sql::select_file(project.as_str(), digest)
+            .query(&self.client)
+            .fetch_optional()
+            .await
+            .map_err(backend)?;
+        found
+            .map(|r| r.content.0)
+            .ok_or_else(|| StoreError::NotFound(format!("file {digest} not found")))
+    }
+
+    async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()> {
+        let row = KeyRow {
+            key_hash: key_hash.to_owned(),
+            entity: entity.map(str::to_owned),
+            created_at: Micros::now().0,
+        };
+        self.insert::<KeyRow>("api_keys", &[row]).await
+    }
+
+    async fn lookup_key(&self, key_hash: &str) -> Result<Option<KeyRecord>> {
+        let found: Option<KeyEntityRow> = sql::select_key(key_hash)
+            .query(&self.client)
+            .fetch_optional()
+            .await
+            .map_err(backend)?;
+        Ok(found.map(|r| KeyRecord { entity: r.entity }))
+    }
+
+    async fn has_admin_key(&self) -> Result<bool> {
+        let n: u64 =
+            Sql::new(sql::ANY_ADMIN_KEY).query(&self.client).fetch_one().await.map_err(backend)?;
+        Ok(n > 0)
+    }
+}

@@ -1,0 +1,385 @@
+//! Rows as they travel to and from ClickHouse (RowBinary via the `clickhouse` crate), and the
+//! write-side preparation of JSON members for the query language.
+
+use clickhouse::Row;
+use heddle_proto::calls::{Call, CallPart, derive_summary};
+use heddle_proto::time::Micros;
+use heddle_proto::{ProjectId, ProtoError};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// `kind` of a `call_parts` row (Enum8 in the schema).
+pub const KIND_PART: i8 = 0;
+pub const KIND_RENAME: i8 = 1;
+pub const KIND_DELETE: i8 = 2;
+
+/// One row of `call_parts`. Columns of a half the row does not carry keep their defaults.
+#[derive(Debug, Default, Row, Serialize)]
+pub struct PartRow {
+    pub project_id: String,
+    pub id: String,
+    pub version: u64,
+    pub kind: i8,
+    pub has_start: u8,
+    pub has_end: u8,
+    pub trace_id: Option<String>,
+    pub op_name: String,
+    pub display_name: Option<String>,
+    pub parent_id: Option<String>,
+    pub thread_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub started_at: i64,
+    pub attributes: String,
+    pub attributes_q: String,
+    pub inputs: String,
+    pub inputs_q: String,
+    pub input_refs: Vec<String>,
+    pub otel_dump: Option<String>,
+    pub wb_user_id: Option<String>,
+    pub wb_run_id: Option<String>,
+    pub wb_run_step: Option<i64>,
+    pub ended_at: i64,
+    pub summary: String,
+    pub summary_q: String,
+    pub output: Option<String>,
+    pub output_q: String,
+    pub output_refs: Vec<String>,
+    pub exception: Option<String>,
+    pub wb_run_step_end: Option<i64>,
+    pub deleted_at: i64,
+}
+
+impl PartRow {
+    pub fn from_part(p: CallPart, version: u64) -> PartRow {
+        let mut row = PartRow {
+            project_id: p.project.as_str().to_owned(),
+            id: p.id,
+            version,
+            kind: KIND_PART,
+            trace_id: p.trace_id,
+            ..PartRow::default()
+        };
+        if let Some(s) = p.start {
+            let inputs = index_json(&s.inputs);
+            row.has_start = 1;
+            row.op_name = s.op_name;
+            row.display_name = s.display_name.filter(|d| !d.is_empty());
+            row.parent_id = s.parent_id;
+            row.thread_id = s.thread_id;
+            row.turn_id = s.turn_id;
+            row.started_at = s.started_at.0;
+            row.attributes_q = index_json(&s.attributes).q;
+            row.attributes = s.attributes;
+            row.inputs_q = inputs.q;
+            row.input_refs = inputs.refs;
+            row.inputs = s.inputs;
+            row.otel_dump = s.otel_dump;
+            row.wb_user_id = s.wb_user_id;
+            row.wb_run_id = s.wb_run_id;
+            row.wb_run_step = s.wb_run_step;
+        }
+        if let Some(e) = p.end {
+            let output = e.output.as_deref().map(index_json).unwrap_or_default();
+            row.has_end = 1;
+            row.ended_at = e.ended_at.0;
+            row.summary_q = index_json(&e.summary).q;
+            row.summary = e.summary;
+            row.output_q = output.q;
+            row.output_refs = output.refs;
+            row.output = e.output;
+            row.exception = e.exception;
+            row.wb_run_step_end = e.wb_run_step_end;
+        }
+        row
+    }
+
+    pub fn rename(project: &ProjectId, id: &str, name: &str, version: u64) -> PartRow {
+        PartRow {
+            project_id: project.as_str().to_owned(),
+            id: id.to_owned(),
+            version,
+            kind: KIND_RENAME,
+            display_name: Some(name.to_owned()).filter(|n| !n.is_empty()),
+            ..PartRow::default()
+        }
+    }
+
+    pub fn delete(project: &ProjectId, id: String, at: Micros, version: u64) -> PartRow {
+        PartRow {
+            project_id: project.as_str().to_owned(),
+            id,
+            version,
+            kind: KIND_DELETE,
+            deleted_at: at.0,
+            ..PartRow::default()
+        }
+    }
+}
+
+/// What the query language needs of a JSON member beyond its text.
+#[derive(Debug, Default, PartialEq)]
+pub struct Indexed {
+    /// `''`, or the member with every number replaced by a JSON string of its exact text, when
+    /// some number's text would not survive ClickHouse's JSON functions (`1.0` reads back as
+    /// `1`, `1e-05` as `0.00001`, `10**20` not at all). The query language reads numbers as
+    /// their JSON text (CONTRACT §2), and only a string keeps the text.
+    pub q: String,
+    /// Weave refs anywhere in the member (the `input_refs` / `output_refs` filters).
+    pub refs: Vec<String>,
+}
+
+pub fn index_json(text: &str) -> Indexed {
+    let Ok(mut value) = serde_json::from_str::<Value>(text) else {
+        return Indexed::default();
+    };
+    let mut out = Indexed::default();
+    let mut lossy = false;
+    scan(&value, &mut lossy, &mut out.refs);
+    if lossy {
+        quote_numbers(&mut value);
+        out.q = serde_json::to_string(&value).expect("JSON values always serialise");
+    }
+    out
+}
+
+/// An integer ClickHouse reads as Int64/UInt64 and writes back with the same text.
+fn exact_in_clickhouse(n: &serde_json::Number) -> bool {
+    let text = n.to_string();
+    !text.contains(['.', 'e', 'E'])
+        && text != "-0"
+        && (text.parse::<i64>().is_ok() || text.parse::<u64>().is_ok())
+}
+
+fn is_ref(s: &str) -> bool {
+    s.starts_with("weave:///") || s.starts_with("weave-trace-internal:///")
+}
+
+fn scan(v: &Value, lossy: &mut bool, refs: &mut Vec<String>) {
+    match v {
+        Value::Number(n) => *lossy |= !exact_in_clickhouse(n),
+        Value::String(s) if is_ref(s) && !refs.contains(s) => refs.push(s.clone()),
+        Value::Array(items) => items.iter().for_each(|x| scan(x, lossy, refs)),
+        Value::Object(map) => map.values().for_each(|x| scan(x, lossy, refs)),
+        _ => {}
+    }
+}
+
+fn quote_numbers(v: &mut Value) {
+    match v {
+        Value::Number(n) => *v = Value::String(n.to_string()),
+        Value::Array(items) => items.iter_mut().for_each(quote_numbers),
+        Value::Object(map) => map.values_mut().for_each(quote_numbers),
+        _ => {}
+    }
+}
+
+/// A call row as `sql::call_columns` selects it.
+#[derive(Debug, Row, Deserialize)]
+pub struct CallRow {
+    pub id: String,
+    pub project_id: String,
+    pub op_name: String,
+    pub display_name: Option<String>,
+    pub trace_id: Option<String>,
+    pub parent_id: Option<String>,
+    pub thread_id: Option<String>,
+    pub turn_id: Option<String>,
+    pub started_us: i64,
+    pub ended_us: Option<i64>,
+    pub attributes_out: Option<String>,
+    pub inputs_out: Option<String>,
+    pub output_out: Option<String>,
+    pub exception: Option<String>,
+    pub summary: String,
+    pub otel_dump_out: Option<String>,
+    pub wb_user_id: Option<String>,
+    pub wb_run_id: Option<String>,
+    pub wb_run_step: Option<i64>,
+    pub wb_run_step_end: Option<i64>,
+}
+
+fn raw(json: Option<String>) -> Result<Option<Box<RawValue>>, String> {
+    json.map(|s| RawValue::from_string(s).map_err(|e| format!("stored JSON is invalid: {e}")))
+        .transpose()
+}
+
+fn empty_object() -> Box<RawValue> {
+    RawValue::from_string("{}".to_owned()).expect("valid JSON")
+}
+
+impl CallRow {
+    pub fn into_call(self) -> Result<Call, String> {
+        let started_at = Micros(self.started_us);
+        let ended_at = self.ended_us.map(Micros);
+        let summary = derive_summary(
+            Some(self.summary.as_str()).filter(|s| !s.is_empty()),
+            self.display_name.as_deref(),
+            &self.op_name,
+            started_at,
+            ended_at,
+            self.exception.is_some(),
+        );
+        Ok(Call {
+            id: self.id,
+            project_id: ProjectId::parse(&self.project_id)
+                .map_err(|e: ProtoError| e.to_string())?,
+            op_name: self.op_name,
+            display_name: self.display_name,
+            trace_id: self.trace_id.unwrap_or_default(),
+            parent_id: self.parent_id,
+            thread_id: self.thread_id,
+            turn_id: self.turn_id,
+            started_at,
+            ended_at,
+            attributes: raw(self.attributes_out)?.unwrap_or_else(empty_object),
+            inputs: raw(self.inputs_out)?.unwrap_or_else(empty_object),
+            output: raw(self.output_out)?,
+            exception: self.exception,
+            summary,
+            otel_dump: raw(self.otel_dump_out)?,
+            wb_user_id: self.wb_user_id,
+            wb_username: None,
+            wb_run_id: self.wb_run_id,
+            wb_run_step: self.wb_run_step,
+            wb_run_step_end: self.wb_run_step_end,
+            // Deleted calls are never returned.
+            deleted_at: None,
+            expire_at: None,
+            storage_size_bytes: None,
+            total_storage_size_bytes: None,
+        })
+    }
+}
+
+/// One row of `objects`.
+#[derive(Debug, Row, Serialize)]
+pub struct ObjectRow {
+    pub project_id: String,
+    pub object_id: String,
+    pub digest: String,
+    pub version_index: i64,
+    pub kind: String,
+    pub base_object_class: Option<String>,
+    pub leaf_object_class: Option<String>,
+    pub val: String,
+    pub created_at: i64,
+    pub deleted_at: Option<i64>,
+    pub wb_user_id: Option<String>,
+    pub row_version: u64,
+}
+
+/// A version's metadata as `sql::select_object` selects it.
+#[derive(Debug, Row, Deserialize)]
+pub struct ObjectMetaRow {
+    pub digest: String,
+    pub version_index: i64,
+    pub is_latest: u8,
+    pub kind: String,
+    pub base_object_class: Option<String>,
+    pub leaf_object_class: Option<String>,
+    pub created_us: i64,
+    pub deleted_us: Option<i64>,
+    pub wb_user_id: Option<String>,
+}
+
+/// What `sql::object_state` selects.
+#[derive(Debug, Row, Deserialize)]
+pub struct ObjectStateRow {
+    pub versions: u64,
+    pub max_index: i64,
+    pub found: u8,
+    /// (version_index, created_at µs, deleted, wb_user_id) of the digest's newest row.
+    pub mine: (i64, i64, u8, Option<String>),
+}
+
+#[derive(Debug, Row, Serialize)]
+pub struct FileRow {
+    pub project_id: String,
+    pub digest: String,
+    pub size_bytes: u64,
+    pub content: Blob,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Row, Deserialize)]
+pub struct FileContentRow {
+    pub content: Blob,
+}
+
+#[derive(Debug, Row, Serialize)]
+pub struct KeyRow {
+    pub key_hash: String,
+    pub entity: Option<String>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Row, Deserialize)]
+pub struct KeyEntityRow {
+    pub entity: Option<String>,
+}
+
+/// Binary content of a `String` column (serde's bytes, not a sequence of numbers).
+#[derive(Debug, Default)]
+pub struct Blob(pub bytes::Bytes);
+
+impl Serialize for Blob {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_bytes(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for Blob {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visit;
+        impl serde::de::Visitor<'_> for Visit {
+            type Value = Blob;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("bytes")
+            }
+            fn visit_bytes<E: serde::de::Error>(self, v: &[u8]) -> Result<Blob, E> {
+                Ok(Blob(bytes::Bytes::copy_from_slice(v)))
+            }
+            fn visit_byte_buf<E: serde::de::Error>(self, v: Vec<u8>) -> Result<Blob, E> {
+                Ok(Blob(v.into()))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Blob, E> {
+                Ok(Blob(bytes::Bytes::copy_from_slice(v.as_bytes())))
+            }
+        }
+        d.deserialize_byte_buf(Visit)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn numbers_clickhouse_would_rewrite_get_a_string_copy() {
+        let plain = index_json(r#"{"n": 5, "m": -12, "u": 18446744073709551615, "s": "1.0"}"#);
+        assert_eq!(plain.q, "", "integers survive ClickHouse's JSON functions");
+        for (text, q) in [
+            (r#"{"f": 1.0}"#, r#"{"f":"1.0"}"#),
+            (r#"{"a": [1e-05, 2, true, null]}"#, r#"{"a":["1e-05","2",true,null]}"#),
+            (r#"{"z": -0}"#, r#"{"z":"-0"}"#),
+            (r#"{"big": 100000000000000000000}"#, r#"{"big":"100000000000000000000"}"#),
+            ("2.5", r#""2.5""#),
+        ] {
+            assert_eq!(index_json(text).q, q, "{text}");
+        }
+    }
+
+    #[test]
+    fn refs_anywhere_in_the_member() {
+        let i = index_json(
+            r#"{"a": {"b": ["weave:///e/p/object/x:1", "weave:///e/p/object/x:1"]},
+                "c": "weave:///e/p/op/f:2", "d": "not a ref", "e": "weave-trace-internal:///x"}"#,
+        );
+        assert_eq!(
+            i.refs,
+            ["weave:///e/p/object/x:1", "weave:///e/p/op/f:2", "weave-trace-internal:///x"]
+        );
+        assert_eq!(index_json("not json"), Indexed::default());
+    }
+}

@@ -1,0 +1,684 @@
+//! All SQL of the ClickHouse backend: fixed statements, and the compiler that renders a
+//! validated [`CallsQuery`] as one statement with server-side parameters (`{p0:String}`).
+//! User values only ever travel as parameters; the only text spliced in is column names,
+//! operators and function names chosen from enums here.
+//!
+//! Calls are aggregated at read time from their rows in `call_parts` ([`CALLS_AGG`]): filters,
+//! sorting and paging run on the aggregated rows, so a call's start, end, rename and delete
+//! rows may arrive in any order and any number of times.
+
+use std::fmt::Write as _;
+
+use heddle_proto::calls::{CallColumn, CallField, CallsFilter, CallsQuery, JsonRoot};
+use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
+
+/// A server-side query parameter.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Param {
+    Str(String),
+    Int(i64),
+    UInt(u64),
+    Float(f64),
+    StrList(Vec<String>),
+}
+
+impl Param {
+    fn type_name(&self) -> &'static str {
+        match self {
+            Param::Str(_) => "String",
+            Param::Int(_) => "Int64",
+            Param::UInt(_) => "UInt64",
+            Param::Float(_) => "Float64",
+            Param::StrList(_) => "Array(String)",
+        }
+    }
+}
+
+/// A statement under construction: text with `{pN:Type}` placeholders plus the values.
+#[derive(Debug, Default, Clone)]
+pub struct Sql {
+    pub text: String,
+    pub params: Vec<Param>,
+}
+
+impl Sql {
+    pub fn new(text: &str) -> Sql {
+        Sql { text: text.to_owned(), params: Vec::new() }
+    }
+
+    pub fn push(&mut self, s: &str) -> &mut Self {
+        self.text.push_str(s);
+        self
+    }
+
+    pub fn bind(&mut self, p: Param) -> &mut Self {
+        let _ = write!(self.text, "{{p{}:{}}}", self.params.len(), p.type_name());
+        self.params.push(p);
+        self
+    }
+
+    pub fn bind_str(&mut self, s: &str) -> &mut Self {
+        self.bind(Param::Str(s.to_owned()))
+    }
+
+    /// The query, ready to run on `client` (raw: no client-side `?` binding).
+    pub fn query(&self, client: &clickhouse::Client) -> clickhouse::query::Query {
+        let mut q = client.query_raw(&self.text);
+        for (i, p) in self.params.iter().enumerate() {
+            let name = format!("p{i}");
+            q = match p {
+                Param::Str(s) => q.param(&name, s),
+                Param::Int(n) => q.param(&name, n),
+                Param::UInt(n) => q.param(&name, n),
+                Param::Float(f) => q.param(&name, f),
+                Param::StrList(l) => q.param(&name, l),
+            };
+        }
+        q
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Calls
+
+/// Table the call rows are written to (see migrations/0001_init.sql).
+pub const CALL_PARTS: &str = "call_parts";
+
+/// One call per `(project_id, id)`, aggregated from its rows. Every half is taken from the
+/// newest row carrying it (`argMaxIf` by `version`); nullable members go through a one-element
+/// tuple so that a newer NULL wins over an older value (aggregates skip bare NULLs). A rename
+/// row wins over the display name of any start row, whenever either arrived. Duplicate rows
+/// change no aggregate. The `WHERE` of the rows (project, and id pre-filters) follows this text.
+/// Requires ClickHouse's analyzer (24.3+): aliases equal to column names are resolved to the
+/// columns inside the aggregates.
+const CALLS_AGG: &str = "SELECT project_id, id,
+    argMaxIf(trace_id, version, trace_id IS NOT NULL) AS trace_id,
+    countIf(has_start = 1) > 0 AS started,
+    countIf(has_end = 1) > 0 AS ended,
+    argMaxIf(op_name, version, has_start = 1) AS op_name,
+    if(countIf(kind = 'rename') > 0,
+       argMaxIf(tuple(display_name), version, kind = 'rename').1,
+       argMaxIf(tuple(display_name), version, has_start = 1).1) AS display_name,
+    argMaxIf(tuple(parent_id), version, has_start = 1).1 AS parent_id,
+    argMaxIf(tuple(thread_id), version, has_start = 1).1 AS thread_id,
+    argMaxIf(tuple(turn_id), version, has_start = 1).1 AS turn_id,
+    argMaxIf(started_at, version, has_start = 1) AS started_at,
+    argMaxIf(attributes, version, has_start = 1) AS attributes,
+    argMaxIf(attributes_q, version, has_start = 1) AS attributes_q,
+    argMaxIf(inputs, version, has_start = 1) AS inputs,
+    argMaxIf(inputs_q, version, has_start = 1) AS inputs_q,
+    argMaxIf(input_refs, version, has_start = 1) AS input_refs,
+    argMaxIf(tuple(otel_dump), version, has_start = 1).1 AS otel_dump,
+    argMaxIf(tuple(wb_user_id), version, has_start = 1).1 AS wb_user_id,
+    argMaxIf(tuple(wb_run_id), version, has_start = 1).1 AS wb_run_id,
+    argMaxIf(tuple(wb_run_step), version, has_start = 1).1 AS wb_run_step,
+    if(ended, argMaxIf(ended_at, version, has_end = 1), NULL) AS ended_at,
+    argMaxIf(summary, version, has_end = 1) AS summary,
+    argMaxIf(summary_q, version, has_end = 1) AS summary_q,
+    argMaxIf(tuple(output), version, has_end = 1).1 AS output,
+    argMaxIf(output_q, version, has_end = 1) AS output_q,
+    argMaxIf(output_refs, version, has_end = 1) AS output_refs,
+    argMaxIf(tuple(exception), version, has_end = 1).1 AS exception,
+    argMaxIf(tuple(wb_run_step_end), version, has_end = 1).1 AS wb_run_step_end,
+    if(countIf(kind = 'delete') > 0, minIf(deleted_at, kind = 'delete'), NULL) AS deleted_at
+FROM call_parts
+WHERE project_id = ";
+
+/// The select list of a call row, in the order and with the names of `CallRow`. Aliases differ
+/// from the aggregated columns so the `WHERE` and `ORDER BY` still see the columns.
+pub fn call_columns(q: &CallsQuery) -> String {
+    let keep = |wanted: bool, col: &str, alias: &str| {
+        if wanted {
+            format!("CAST({col}, 'Nullable(String)') AS {alias}")
+        } else {
+            format!("CAST(NULL, 'Nullable(String)') AS {alias}")
+        }
+    };
+    let c = q.columns;
+    format!(
+        "id, project_id, op_name, display_name, trace_id, parent_id, thread_id, turn_id, \
+         toUnixTimestamp64Micro(started_at) AS started_us, \
+         toUnixTimestamp64Micro(ended_at) AS ended_us, {}, {}, {}, exception, summary, {}, \
+         wb_user_id, wb_run_id, wb_run_step, wb_run_step_end",
+        keep(c.is_none_or(|c| c.attributes), "attributes", "attributes_out"),
+        keep(c.is_none_or(|c| c.inputs), "inputs", "inputs_out"),
+        keep(c.is_none_or(|c| c.output), "output", "output_out"),
+        keep(c.is_none_or(|c| c.otel_dump), "otel_dump", "otel_dump_out"),
+    )
+}
+
+pub fn select_calls(q: &CallsQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT ").push(&call_columns(q)).push(" FROM ");
+    calls_from(&mut sql, q);
+    sql.push(" ORDER BY ");
+    for (i, (field, dir)) in q.sort.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        order_term(&mut sql, field, *dir);
+    }
+    match q.limit {
+        Some(limit) => {
+            sql.push(" LIMIT ")
+                .bind(Param::UInt(limit))
+                .push(" OFFSET ")
+                .bind(Param::UInt(q.offset));
+        }
+        None if q.offset > 0 => {
+            sql.push(" OFFSET ").bind(Param::UInt(q.offset)).push(" ROWS");
+        }
+        None => {}
+    }
+    sql
+}
+
+/// What `select_calls` returns without paging, capped at `limit`.
+pub fn count_calls(q: &CallsQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT count() FROM (SELECT 1 FROM ");
+    calls_from(&mut sql, q);
+    if let Some(limit) = q.limit {
+        sql.push(" LIMIT ").bind(Param::UInt(limit));
+    }
+    sql.push(")");
+    sql
+}
+
+/// `(<aggregated calls>) AS c WHERE <live> AND <filter> AND <expr>`.
+fn calls_from(sql: &mut Sql, q: &CallsQuery) {
+    sql.push("(").push(CALLS_AGG).bind_str(q.project.as_str());
+    prefilter(sql, q);
+    sql.push(" GROUP BY project_id, id) AS c WHERE started AND deleted_at IS NULL");
+    filter(sql, &q.filter);
+    if let Some(e) = &q.expr {
+        sql.push(" AND (");
+        expr(sql, e);
+        sql.push(")");
+    }
+}
+
+/// Row-level pre-filters that narrow the aggregation to the calls that can match, using the
+/// primary key (`id`) or the bloom-filter indexes (`trace_id`, `parent_id`). Each selects a
+/// superset: the exact condition is applied again on the aggregated row.
+fn prefilter(sql: &mut Sql, q: &CallsQuery) {
+    let f = &q.filter;
+    if let Some(ids) = f.call_ids.as_ref().filter(|l| !l.is_empty()) {
+        sql.push(" AND id IN ").bind(Param::StrList(ids.clone()));
+    }
+    for (col, list) in [("trace_id", &f.trace_ids), ("parent_id", &f.parent_ids)] {
+        if let Some(list) = list.as_ref().filter(|l| !l.is_empty()) {
+            sql.push(" AND id IN (SELECT id FROM call_parts WHERE project_id = ")
+                .bind_str(q.project.as_str())
+                .push(" AND ")
+                .push(col)
+                .push(" IN ")
+                .bind(Param::StrList(list.clone()))
+                .push(")");
+        }
+    }
+}
+
+fn filter(sql: &mut Sql, f: &CallsFilter) {
+    // Empty lists mean "no constraint", except thread and turn ids where the real server
+    // matches nothing (CONTRACT §5.10).
+    let memberships: [(&str, &Option<Vec<String>>, bool); 7] = [
+        ("parent_id", &f.parent_ids, false),
+        ("trace_id", &f.trace_ids, false),
+        ("id", &f.call_ids, false),
+        ("wb_user_id", &f.wb_user_ids, false),
+        ("wb_run_id", &f.wb_run_ids, false),
+        ("thread_id", &f.thread_ids, true),
+        ("turn_id", &f.turn_ids, true),
+    ];
+    for (col, list, empty_matches_nothing) in memberships {
+        match list {
+            Some(l) if !l.is_empty() || empty_matches_nothing => {
+                sql.push(" AND ifNull(").push(col).push(" IN ");
+                sql.bind(Param::StrList(l.clone())).push(", 0)");
+            }
+            _ => {}
+        }
+    }
+    if let Some(ops) = f.op_names.as_ref().filter(|o| !o.is_empty()) {
+        let (wild, exact): (Vec<&String>, Vec<&String>) =
+            ops.iter().partition(|o| o.ends_with(":*"));
+        let exact: Vec<String> = exact.into_iter().cloned().collect();
+        sql.push(" AND (op_name IN ").bind(Param::StrList(exact));
+        for w in wild {
+            sql.push(" OR startsWith(op_name, ").bind_str(&w[..w.len() - 1]).push(")");
+        }
+        sql.push(")");
+    }
+    for (col, refs) in [("input_refs", &f.input_refs), ("output_refs", &f.output_refs)] {
+        if let Some(refs) = refs.as_ref().filter(|r| !r.is_empty()) {
+            sql.push(" AND hasAny(").push(col).push(", ").bind(Param::StrList(refs.clone()));
+            sql.push(")");
+        }
+    }
+    if f.trace_roots_only == Some(true) {
+        sql.push(" AND parent_id IS NULL");
+    }
+}
+
+fn column_name(c: CallColumn) -> &'static str {
+    use CallColumn::*;
+    match c {
+        Id => "id",
+        ProjectId => "project_id",
+        OpName => "op_name",
+        DisplayName => "display_name",
+        TraceId => "trace_id",
+        ParentId => "parent_id",
+        ThreadId => "thread_id",
+        TurnId => "turn_id",
+        Exception => "exception",
+        WbUserId => "wb_user_id",
+        WbRunId => "wb_run_id",
+        WbRunStep => "wb_run_step",
+        WbRunStepEnd => "wb_run_step_end",
+        StartedAt => "started_at",
+        EndedAt => "ended_at",
+        DeletedAt => "deleted_at",
+    }
+}
+
+/// The JSON text a path of `root` is read from: the string-semantics copy when the member has
+/// one (numbers whose text ClickHouse would not reproduce), else the member itself.
+fn json_source(root: JsonRoot) -> &'static str {
+    match root {
+        JsonRoot::Inputs => "if(empty(inputs_q), inputs, inputs_q)",
+        JsonRoot::Output => "if(empty(output_q), ifNull(output, ''), output_q)",
+        JsonRoot::Attributes => "if(empty(attributes_q), attributes, attributes_q)",
+        JsonRoot::Summary => "if(empty(summary_q), summary, summary_q)",
+    }
+}
+
+/// A path segment as ClickHouse JSON functions take it: decimal segments index arrays
+/// (1-based in ClickHouse, 0-based in the query language), others are object keys.
+fn segment_index(seg: &str) -> Option<u64> {
+    if seg.is_empty() || !seg.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    seg.parse::<u64>().ok().filter(|i| *i < i64::MAX as u64)
+}
+
+/// `, seg1, seg2, ...` for the first `n` segments, each bound.
+fn path_args(sql: &mut Sql, segs: &[String]) {
+    for s in segs {
+        sql.push(", ");
+        match segment_index(s) {
+            Some(i) => sql.bind(Param::Int(i as i64 + 1)),
+            None => sql.bind_str(s),
+        };
+    }
+}
+
+/// `JSONType(src, path...)`.
+fn json_type(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
+    sql.push("JSONType(").push(json_source(root));
+    path_args(sql, segs);
+    sql.push(")");
+}
+
+/// Whether every array index of the path applies to an array: ClickHouse would take an index on
+/// an object as the n-th member, the query language (like SQLite's JSON paths) finds nothing.
+fn index_guards(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
+    sql.push("1");
+    for (i, s) in segs.iter().enumerate() {
+        if segment_index(s).is_some() {
+            sql.push(" AND ");
+            json_type(sql, root, &segs[..i]);
+            sql.push(" = 'Array'");
+        }
+    }
+}
+
+/// A JSON path with string semantics: scalars as their JSON text (strings unquoted), and
+/// `''` for missing, null, objects and arrays (CONTRACT §2). Numbers are either integers that
+/// ClickHouse writes back exactly, or strings in the `_q` copy holding their exact text.
+fn json_string(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
+    sql.push("multiIf(NOT (");
+    index_guards(sql, root, segs);
+    sql.push("), '', ");
+    json_type(sql, root, segs);
+    sql.push(" = 'String', JSONExtractString(").push(json_source(root));
+    path_args(sql, segs);
+    sql.push("), ");
+    json_type(sql, root, segs);
+    sql.push(" IN ('Int64', 'UInt64', 'Double', 'Bool'), JSONExtractRaw(").push(json_source(root));
+    path_args(sql, segs);
+    sql.push("), '')");
+}
+
+/// Present and not JSON null.
+fn json_exists(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
+    sql.push("(");
+    index_guards(sql, root, segs);
+    sql.push(" AND ");
+    json_type(sql, root, segs);
+    sql.push(" != 'Null')");
+}
+
+/// `summary.weave.status`, as `derive_status` computes it for the returned row.
+const STATUS_SQL: &str = "multiIf(exception IS NOT NULL, 'error', ended_at IS NULL, 'running', \
+     JSONType(summary, 'status_counts', 'error') IN ('Int64', 'UInt64', 'Double') \
+     AND JSONExtractFloat(summary, 'status_counts', 'error') > 0, 'descendant_error', 'success')";
+
+/// `summary.weave.trace_name`: the display name, else the op name of an op ref
+/// (`weave:///e/p/op/NAME:digest`), else the raw op name (`op_display_name`).
+const TRACE_NAME_SQL: &str = "ifNull(display_name, if(startsWith(op_name, 'weave:///') \
+     AND position(substring(op_name, 10), '/op/') > 0, \
+     splitByChar(':', substring(substring(op_name, 10), \
+     position(substring(op_name, 10), '/op/') + 4))[1], op_name))";
+
+const LATENCY_SQL: &str =
+    "intDiv(toUnixTimestamp64Micro(ended_at) - toUnixTimestamp64Micro(started_at), 1000)";
+
+fn field(sql: &mut Sql, f: &CallField) {
+    match f {
+        CallField::Column(c) => {
+            sql.push(column_name(*c));
+        }
+        CallField::Json(root, segs) => json_string(sql, *root, segs),
+        CallField::Status => {
+            sql.push(STATUS_SQL);
+        }
+        CallField::LatencyMs => {
+            sql.push(LATENCY_SQL);
+        }
+        CallField::TraceName => {
+            sql.push(TRACE_NAME_SQL);
+        }
+    }
+}
+
+fn literal(sql: &mut Sql, l: &Lit) {
+    match l {
+        Lit::Str(s) => sql.bind_str(s),
+        Lit::Int(i) => sql.bind(Param::Int(*i)),
+        Lit::Float(f) => sql.bind(Param::Float(*f)),
+        Lit::Bool(b) => sql.bind(Param::Int(*b as i64)),
+        Lit::Micros(m) => {
+            sql.push("fromUnixTimestamp64Micro(").bind(Param::Int(*m)).push(", 'UTC')")
+        }
+    };
+}
+
+fn operand(sql: &mut Sql, o: &TOperand<CallField>) {
+    match o {
+        TOperand::Lit(l) => literal(sql, l),
+        TOperand::Field(f) => field(sql, f),
+        TOperand::Expr(e) => {
+            sql.push("(");
+            expr(sql, e);
+            sql.push(")");
+        }
+        TOperand::Convert(inner, from, to) => convert(sql, inner, *from, *to),
+    }
+}
+
+/// A string's number as `$convert` reads it: trimmed, NULL when not a finite number. The
+/// operand is rendered twice; ClickHouse evaluates common subexpressions once.
+fn to_double(sql: &mut Sql, render: impl Fn(&mut Sql)) {
+    sql.push("if(isFinite(ifNull(toFloat64OrNull(trimBoth(");
+    render(sql);
+    sql.push(")), nan)), toFloat64OrNull(trimBoth(");
+    render(sql);
+    sql.push(")), NULL)");
+}
+
+fn convert(sql: &mut Sql, inner: &TOperand<CallField>, from: ValueType, to: ConvertTo) {
+    use ValueType as T;
+    if to == ConvertTo::Exists {
+        if let TOperand::Field(CallField::Json(root, segs)) = inner {
+            return json_exists(sql, *root, segs);
+        }
+        sql.push("(");
+        operand(sql, inner);
+        sql.push(" IS NOT NULL)");
+        return;
+    }
+    if to == ConvertTo::Double && !matches!(from, T::Timestamp | T::Int | T::Float | T::Bool) {
+        return to_double(sql, |s| operand(s, inner));
+    }
+    // A string to bool: 'true'/'1' and 'false'/'0', anything else NULL.
+    if to == ConvertTo::Bool && matches!(from, T::String | T::Null) {
+        sql.push("multiIf((");
+        operand(sql, inner);
+        sql.push(") IN ('true', '1'), 1, (");
+        operand(sql, inner);
+        sql.push(") IN ('false', '0'), 0, NULL)");
+        return;
+    }
+    let (pre, post) = match (to, from) {
+        (ConvertTo::Double, T::Timestamp) => ("(toUnixTimestamp64Micro(", ") / 1e6)"),
+        (ConvertTo::Double, T::Int | T::Float | T::Bool) => ("toFloat64(", ")"),
+        (ConvertTo::Double, _) => unreachable!("handled above"),
+        (ConvertTo::Int, T::Timestamp) => ("intDiv(toUnixTimestamp64Micro(", "), 1000000)"),
+        (ConvertTo::Int, T::Int | T::Bool) => ("(", ")"),
+        (ConvertTo::Int, T::Float) => ("toInt64(", ")"),
+        (ConvertTo::Int, _) => ("toInt64OrNull(trimBoth(", "))"),
+        (ConvertTo::Bool, T::Bool) => ("(", ")"),
+        (ConvertTo::Bool, T::Int | T::Float) => ("(", " != 0)"),
+        (ConvertTo::Bool, T::Timestamp) => ("(", " IS NOT NULL)"),
+        (ConvertTo::String, T::String) => ("(", ")"),
+        (ConvertTo::String, T::Bool) => ("if(", ", 'true', 'false')"),
+        (ConvertTo::String, T::Timestamp) => ("toString(toUnixTimestamp64Micro(", "))"),
+        (ConvertTo::String, _) => ("toString(", ")"),
+        (ConvertTo::Exists, _) | (ConvertTo::Bool, T::String | T::Null) => {
+            unreachable!("handled above")
+        }
+    };
+    sql.push(pre);
+    operand(sql, inner);
+    sql.push(post);
+}
+
+fn expr(sql: &mut Sql, e: &TExpr<CallField>) {
+    match e {
+        TExpr::And(xs) | TExpr::Or(xs) => {
+            let sep = if matches!(e, TExpr::And(_)) { " AND " } else { " OR " };
+            sql.push("(");
+            for (i, x) in xs.iter().enumerate() {
+                if i > 0 {
+                    sql.push(sep);
+                }
+                expr(sql, x);
+            }
+            sql.push(")");
+        }
+        TExpr::Not(x) => {
+            // Comparisons with NULL are NULL, so their negation must be true: ifNull.
+            sql.push("(NOT ifNull((");
+            expr(sql, x);
+            sql.push("), 0))");
+        }
+        TExpr::Cmp(op, a, b) => {
+            sql.push("(");
+            operand(sql, a);
+            sql.push(" ").push(op.sql()).push(" ");
+            operand(sql, b);
+            sql.push(")");
+        }
+        TExpr::IsNull(a) => {
+            sql.push("(");
+            operand(sql, a);
+            if let TOperand::Field(CallField::Json(..)) = a {
+                // Missing and JSON null read as '' (CONTRACT §2).
+                sql.push(" = '')");
+            } else {
+                sql.push(" IS NULL)");
+            }
+        }
+        TExpr::In(a, bs) => {
+            if bs.is_empty() {
+                sql.push("0");
+                return;
+            }
+            // Equalities rather than IN: the list may hold fields as well as literals.
+            sql.push("(");
+            for (i, b) in bs.iter().enumerate() {
+                if i > 0 {
+                    sql.push(" OR ");
+                }
+                sql.push("(");
+                operand(sql, a);
+                sql.push(" = ");
+                operand(sql, b);
+                sql.push(")");
+            }
+            sql.push(")");
+        }
+        TExpr::Contains { input, substr, case_insensitive } => {
+            // lower() is ASCII-only, like SQLite's.
+            let (pre, post) = if *case_insensitive { ("lower(", ")") } else { ("(", ")") };
+            sql.push("(position(").push(pre);
+            operand(sql, input);
+            sql.push(post).push(", ").push(pre);
+            operand(sql, substr);
+            sql.push(post).push(") > 0)");
+        }
+    }
+}
+
+fn order_term(sql: &mut Sql, f: &CallField, dir: Direction) {
+    let d = match dir {
+        Direction::Asc => " ASC",
+        Direction::Desc => " DESC",
+    };
+    match f {
+        CallField::Json(root, segs) => {
+            // Present values first, then numerically, then as strings (CONTRACT §2).
+            json_exists(sql, *root, segs);
+            sql.push(" DESC, ");
+            to_double(sql, |s| json_string(s, *root, segs));
+            sql.push(d).push(" NULLS LAST, ");
+            json_string(sql, *root, segs);
+            sql.push(d);
+        }
+        other => {
+            field(sql, other);
+            // NULLs sort as the smallest value, as in SQLite.
+            sql.push(d).push(if dir == Direction::Asc { " NULLS FIRST" } else { " NULLS LAST" });
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Call writes
+
+/// The calls among `{ids}` (and all their descendants) that are live, for a soft delete.
+/// Descent goes through deleted calls too (their children may have arrived later); the path
+/// guard makes a parent cycle terminate. Depth is bounded by ClickHouse's
+/// `max_recursive_cte_evaluation_depth` (1000 by default).
+pub fn doomed_calls(project: &str, ids: &[String]) -> Sql {
+    let mut sql = Sql::default();
+    sql.push(
+        "WITH RECURSIVE links AS (
+            SELECT id, argMaxIf(tuple(parent_id), version, has_start = 1).1 AS parent,
+                   countIf(kind = 'delete') > 0 AS deleted
+            FROM call_parts WHERE project_id = ",
+    )
+    .bind_str(project)
+    .push(
+        " GROUP BY id HAVING countIf(has_start = 1) > 0
+        ),
+        doomed AS (
+            SELECT id, deleted, [id] AS path FROM links WHERE id IN ",
+    )
+    .bind(Param::StrList(ids.to_vec()))
+    .push(
+        " UNION ALL
+            SELECT links.id, links.deleted, arrayPushBack(doomed.path, links.id)
+            FROM links JOIN doomed ON links.parent = doomed.id
+            WHERE NOT has(doomed.path, links.id)
+        )
+        SELECT DISTINCT id FROM doomed WHERE NOT deleted",
+    );
+    sql
+}
+
+// ---------------------------------------------------------------------------------------------
+// Objects, files, keys
+
+/// Every version of one object, newest row per digest, with `is_latest` (the highest
+/// non-deleted version). Followed by a condition on the versions and `LIMIT 1`.
+const OBJECT_VERSIONS: &str = "SELECT digest, version_index, is_latest, kind, base_object_class,
+    leaf_object_class, created_us, deleted_us, wb_user_id
+FROM (
+    SELECT digest, v.1 AS version_index, v.2 AS kind, v.3 AS base_object_class,
+           v.4 AS leaf_object_class, v.5 AS created_us, v.6 AS deleted_us, v.7 AS wb_user_id,
+           ifNull(version_index = max(if(deleted_us IS NULL, version_index, NULL)) OVER (), 0)
+               AS is_latest
+    FROM (
+        SELECT digest,
+               argMax(tuple(version_index, CAST(kind, 'String'), base_object_class,
+                            leaf_object_class, toUnixTimestamp64Micro(created_at),
+                            toUnixTimestamp64Micro(deleted_at), wb_user_id), row_version) AS v
+        FROM objects WHERE project_id = ";
+
+#[derive(Debug, Clone, PartialEq)]
+pub enum ObjectBy {
+    Digest(String),
+    Index(i64),
+    Latest,
+}
+
+pub fn select_object(project: &str, object_id: &str, by: &ObjectBy) -> Sql {
+    let mut sql = Sql::new(OBJECT_VERSIONS);
+    sql.bind_str(project).push(" AND object_id = ").bind_str(object_id);
+    sql.push(" GROUP BY digest))");
+    match by {
+        ObjectBy::Digest(d) => sql.push(" WHERE digest = ").bind_str(d),
+        ObjectBy::Index(i) => {
+            sql.push(" WHERE version_index = ").bind(Param::Int(*i)).push(" ORDER BY created_us")
+        }
+        ObjectBy::Latest => sql.push(" WHERE deleted_us IS NULL ORDER BY version_index DESC"),
+    };
+    sql.push(" LIMIT 1");
+    sql
+}
+
+/// The stored value of one version (the newest row of the digest).
+pub fn select_object_val(project: &str, object_id: &str, digest: &str) -> Sql {
+    let mut sql = Sql::new("SELECT argMax(val, row_version) FROM objects WHERE project_id = ");
+    sql.bind_str(project).push(" AND object_id = ").bind_str(object_id);
+    sql.push(" AND digest = ").bind_str(digest);
+    sql
+}
+
+/// What `create_object` needs to know: whether the digest exists (and its row, to revive it),
+/// and the next version index.
+pub fn object_state(project: &str, object_id: &str, digest: &str) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT count() AS versions, max(version_index) AS max_index,
+                countIf(digest = ",
+    );
+    sql.bind_str(digest).push(") > 0 AS found, argMaxIf(tuple(version_index, ");
+    sql.push("toUnixTimestamp64Micro(created_at), deleted_at IS NOT NULL, wb_user_id), ");
+    sql.push("row_version, digest = ").bind_str(digest).push(") AS mine");
+    sql.push(" FROM objects WHERE project_id = ").bind_str(project);
+    sql.push(" AND object_id = ").bind_str(object_id);
+    sql
+}
+
+pub fn file_exists(project: &str, digest: &str) -> Sql {
+    let mut sql = Sql::new("SELECT count() FROM files WHERE project_id = ");
+    sql.bind_str(project).push(" AND digest = ").bind_str(digest);
+    sql
+}
+
+pub fn select_file(project: &str, digest: &str) -> Sql {
+    let mut sql = Sql::new("SELECT content FROM files WHERE project_id = ");
+    sql.bind_str(project).push(" AND digest = ").bind_str(digest).push(" LIMIT 1");
+    sql
+}
+
+pub fn select_key(key_hash: &str) -> Sql {
+    let mut sql = Sql::new("SELECT entity FROM api_keys WHERE key_hash = ");
+    sql.bind_str(key_hash).push(" LIMIT 1");
+    sql
+}
+
+pub const ANY_ADMIN_KEY: &str = "SELECT count() FROM api_keys WHERE entity IS NULL";
