@@ -4,7 +4,8 @@
 #
 # Slow installs are kept in a cache directory that is checked first and rebuilt when missing:
 #   HEDDLE_TEST_CACHE   (default: ~/.cache/heddle-test)
-# CLICKHOUSE_URL points the ClickHouse tests at a real server instead of chdb.
+# CLICKHOUSE_URL points the ClickHouse tests at a real server instead of chdb. The HTTP and
+# real-client suites run twice: on SQLite, then with HEDDLE_TEST_STORE=clickhouse.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -29,5 +30,14 @@ step "Rust tests"
 export HEDDLE_TEST_PYTHON="$venv/bin/python"
 cargo test --workspace
 
+step "HTTP conformance tests on the ClickHouse store"
+# The same suites, every server on its own ClickHouse (chdb, or CLICKHOUSE_URL's server).
+HEDDLE_TEST_STORE=clickhouse cargo test --test http_calls --test http_objects_files \
+    --test http_service_auth --test restart
+
 step "real-client tests (weave SDK)"
 HEDDLE_BIN="$PWD/target/debug/heddle" "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider
+
+step "real-client tests (weave SDK) on the ClickHouse store"
+HEDDLE_TEST_STORE=clickhouse HEDDLE_BIN="$PWD/target/debug/heddle" \
+    "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider

@@ -3,6 +3,9 @@ weave 0.54.0 SDK at it (see heddle_support.py for the environment).
 
   HEDDLE_BIN       path of the heddle binary (default: <repo>/target/debug/heddle)
   HEDDLE_KEEP_TMP  keep the temp dir (server log, data dir) after the run
+  HEDDLE_TEST_STORE  `sqlite` (default) or `clickhouse`: each server then runs on its own
+                   ClickHouse (chdb behind tests/support/clickhouse_http.py, started with
+                   $HEDDLE_TEST_PYTHON or this Python; or $CLICKHOUSE_URL with a fresh database)
 
 Run:  bash tests/run.sh   (creates the venv with the pinned SDK, then runs pytest here)
 """

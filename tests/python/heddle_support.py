@@ -12,6 +12,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -164,6 +165,78 @@ def heddle_bin() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
+# The store under the server: HEDDLE_TEST_STORE=sqlite (default) or clickhouse.
+def store_mode() -> str:
+    mode = os.environ.get("HEDDLE_TEST_STORE") or "sqlite"
+    if mode not in ("sqlite", "clickhouse"):
+        raise RuntimeError(f"HEDDLE_TEST_STORE={mode!r}: expected 'sqlite' or 'clickhouse'")
+    return mode
+
+
+class ClickHouse:
+    """A ClickHouse HTTP endpoint for one server: chdb behind tests/support/clickhouse_http.py
+    (run with $HEDDLE_TEST_PYTHON, else this Python, which must have chdb), or the server named
+    by $CLICKHOUSE_URL with a fresh database."""
+
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.url = ""
+        self.database: str | None = None
+        self.proc: subprocess.Popen[str] | None = None
+
+    def start(self, timeout: float = 60.0) -> None:
+        if os.environ.get("CLICKHOUSE_URL"):
+            self.url = os.environ["CLICKHOUSE_URL"]
+            self.database = "heddle_test_" + uuid.uuid4().hex
+            return
+        python = os.environ.get("HEDDLE_TEST_PYTHON") or sys.executable
+        script = REPO_ROOT / "tests" / "support" / "clickhouse_http.py"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [python, str(script), "--data-dir", str(self.data_dir)],
+            stdout=subprocess.PIPE,
+            stderr=self._log,
+            text=True,
+            start_new_session=True,
+        )
+        found: list[str] = []
+
+        def read() -> None:  # keeps draining stdout so the adapter never blocks on it
+            assert self.proc is not None and self.proc.stdout is not None
+            for line in self.proc.stdout:
+                prefix = "clickhouse-http listening on "
+                if line.startswith(prefix) and not found:
+                    found.append(line[len(prefix) :].split()[0])
+
+        threading.Thread(target=read, daemon=True).start()
+        deadline = time.monotonic() + timeout
+        while not found:
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                log = self.log_path.read_text(errors="replace")
+                raise RuntimeError(f"the ClickHouse HTTP adapter did not start:\n{log}")
+            time.sleep(0.05)
+        self.url = found[0]
+
+    def store_args(self) -> list[str]:
+        args = ["--clickhouse", self.url]
+        if self.database:
+            args += ["--clickhouse-database", self.database]
+        return args
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+        if getattr(self, "_log", None):
+            self._log.close()
+
+
 class HeddleServer:
     def __init__(
         self, binary: Path, data_dir: Path, log_path: Path, extra_args: list[str] | None = None
@@ -172,6 +245,11 @@ class HeddleServer:
         self.extra_args = extra_args or []
         self.data_dir = data_dir
         self.log_path = log_path
+        # HEDDLE_TEST_STORE=clickhouse: a ClickHouse of its own, started with the server.
+        self.clickhouse: ClickHouse | None = None
+        if store_mode() == "clickhouse":
+            chdb_dir = data_dir.parent / (data_dir.name + "-chdb")
+            self.clickhouse = ClickHouse(chdb_dir, log_path.with_name(log_path.name + ".chdb"))
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = "admin-" + uuid.uuid4().hex
@@ -179,7 +257,16 @@ class HeddleServer:
         self.session = requests.Session()
 
     # -- lifecycle --------------------------------------------------------------------------
+    def store_args(self) -> list[str]:
+        """The store flags every heddle command of this server gets."""
+        args = ["--data-dir", str(self.data_dir)]
+        if self.clickhouse is not None:
+            args += self.clickhouse.store_args()
+        return args
+
     def start(self, timeout: float = 60.0) -> None:
+        if self.clickhouse is not None and not self.clickhouse.url:
+            self.clickhouse.start()
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [
@@ -187,8 +274,7 @@ class HeddleServer:
                 "serve",
                 "--listen",
                 f"127.0.0.1:{self.port}",
-                "--data-dir",
-                str(self.data_dir),
+                *self.store_args(),
                 "--api-key",
                 self.api_key,
                 *self.extra_args,
@@ -226,6 +312,8 @@ class HeddleServer:
                 self.proc.wait(5)
         if getattr(self, "_log", None):
             self._log.close()
+        if self.clickhouse is not None:
+            self.clickhouse.stop()
 
     def log_tail(self, n: int = 60) -> str:
         try:
@@ -300,7 +388,7 @@ class HeddleServer:
 
     def create_key(self, entity: str) -> str:
         out = subprocess.run(
-            [str(self.binary), "keys", "create", "--entity", entity, "--data-dir", str(self.data_dir)],
+            [str(self.binary), "keys", "create", "--entity", entity, *self.store_args()],
             capture_output=True,
             text=True,
             timeout=60,

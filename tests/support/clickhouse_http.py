@@ -164,12 +164,17 @@ class Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def answer(self, status: int, body: bytes, extra: dict[str, str] | None = None) -> None:
-        self.send_response(status)
-        self.send_header("Content-Length", str(len(body)))
-        for k, v in (extra or {}).items():
-            self.send_header(k, v)
-        self.end_headers()
-        self.wfile.write(body)
+        try:
+            self.send_response(status)
+            self.send_header("Content-Length", str(len(body)))
+            for k, v in (extra or {}).items():
+                self.send_header(k, v)
+            self.end_headers()
+            self.wfile.write(body)
+        except (BrokenPipeError, ConnectionResetError):
+            # The client went away (a client dropping a stream, or a killed process): as a
+            # server does, drop the answer quietly.
+            self.close_connection = True
 
     def do_GET(self) -> None:
         path = urlsplit(self.path).path

@@ -35,6 +35,27 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(format!("clickhouse: {e}"))
 }
 
+/// ClickHouse error codes that mean the inserted data itself is unacceptable (parse and type
+/// errors, oversized strings): retrying the same rows cannot succeed.
+const DATA_ERROR_CODES: &[u32] = &[6, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131];
+
+/// The server's `Code: N.` of an error, if it is one.
+fn error_code(e: &clickhouse::error::Error) -> Option<u32> {
+    let clickhouse::error::Error::BadResponse(text) = e else { return None };
+    let rest = &text[text.find("Code: ")? + 6..];
+    rest[..rest.find('.')?].trim().parse().ok()
+}
+
+/// An insert's error: [`StoreError::Rejected`] when the data is at fault, else a backend error.
+fn insert_error(e: clickhouse::error::Error) -> StoreError {
+    match error_code(&e) {
+        Some(code) if DATA_ERROR_CODES.contains(&code) => {
+            StoreError::Rejected(format!("clickhouse: {e}"))
+        }
+        _ => backend(e),
+    }
+}
+
 /// Orders the rows of one call (and of one object digest): a per-process monotonic counter
 /// seeded from the clock in nanoseconds, so rows written later by this or (with roughly
 /// synchronised clocks) another process compare greater.
@@ -96,6 +117,21 @@ impl ClickHouseStore {
     where
         T: clickhouse::Row + clickhouse::RowWrite,
     {
+        self.insert_once::<T>(table, rows, None).await
+    }
+
+    /// Like `insert`; with a `token`, ClickHouse stores the insert once however often the same
+    /// token arrives (`insert_deduplication_token`, within the table's
+    /// `non_replicated_deduplication_window` of recent inserts).
+    async fn insert_once<T>(
+        &self,
+        table: &str,
+        rows: &[T::Value<'_>],
+        token: Option<&str>,
+    ) -> Result<()>
+    where
+        T: clickhouse::Row + clickhouse::RowWrite,
+    {
         if rows.is_empty() {
             return Ok(());
         }
@@ -106,10 +142,13 @@ impl ClickHouseStore {
             .map_err(backend)?
             .with_setting("wait_end_of_query", "1")
             .with_setting("async_insert", "0");
-        for row in rows {
-            insert.write(row).await.map_err(backend)?;
+        if let Some(token) = token {
+            insert = insert.with_setting("insert_deduplication_token", token);
         }
-        insert.end().await.map_err(backend)
+        for row in rows {
+            insert.write(row).await.map_err(insert_error)?;
+        }
+        insert.end().await.map_err(insert_error)
     }
 
     fn object_lock(&self, project: &ProjectId, object_id: &str) -> &tokio::sync::Mutex<()> {
@@ -134,6 +173,15 @@ impl Store for ClickHouseStore {
         let rows: Vec<PartRow> =
             parts.into_iter().map(|p| PartRow::from_part(p, next_version())).collect();
         self.insert::<PartRow>(sql::CALL_PARTS, &rows).await
+    }
+
+    /// A batch that may arrive again verbatim (the consumer after a crash) is inserted under its
+    /// token, so ClickHouse stores it once; were it stored twice, the aggregation per call would
+    /// hide the duplicate rows anyway.
+    async fn apply_call_parts_once(&self, parts: Vec<CallPart>, token: &str) -> Result<()> {
+        let rows: Vec<PartRow> =
+            parts.into_iter().map(|p| PartRow::from_part(p, next_version())).collect();
+        self.insert_once::<PartRow>(sql::CALL_PARTS, &rows, Some(token)).await
     }
 
     async fn set_call_display_name(&self, project: &ProjectId, id: &str, name: &str) -> Result<()> {
@@ -325,5 +373,34 @@ impl Store for ClickHouseStore {
         let n: u64 =
             Sql::new(sql::ANY_ADMIN_KEY).query(&self.client).fetch_one().await.map_err(backend)?;
         Ok(n > 0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn data_errors_are_rejections() {
+        let e = |text: &str| clickhouse::error::Error::BadResponse(text.to_owned());
+        let bad = e(
+            "Code: 27. DB::Exception: Cannot parse input: expected '\\t'. (CANNOT_PARSE_INPUT_ASSERTION_FAILED)",
+        );
+        assert_eq!(error_code(&bad), Some(27));
+        assert!(matches!(insert_error(bad), StoreError::Rejected(_)));
+        let transient =
+            e("Code: 241. DB::Exception: Memory limit exceeded. (MEMORY_LIMIT_EXCEEDED)");
+        assert!(matches!(insert_error(transient), StoreError::Backend(_)));
+        assert!(matches!(insert_error(clickhouse::error::Error::TimedOut), StoreError::Backend(_)));
+    }
+
+    #[test]
+    fn versions_increase() {
+        let mut last = next_version();
+        for _ in 0..10_000 {
+            let v = next_version();
+            assert!(v > last);
+            last = v;
+        }
     }
 }

@@ -682,3 +682,169 @@ pub fn select_key(key_hash: &str) -> Sql {
 }
 
 pub const ANY_ADMIN_KEY: &str = "SELECT count() FROM api_keys WHERE entity IS NULL";
+
+#[cfg(test)]
+mod tests {
+    use heddle_proto::calls::CallsQueryReq;
+    use serde_json::json;
+
+    use super::*;
+
+    fn compile(body: serde_json::Value) -> CallsQuery {
+        let req: CallsQueryReq = serde_json::from_value(body).unwrap();
+        req.validate().unwrap()
+    }
+
+    /// Every `{pN:Type}` placeholder names parameter N with its type, in order.
+    fn check_placeholders(sql: &Sql) {
+        let mut rest = sql.text.as_str();
+        let mut n = 0;
+        while let Some(at) = rest.find("{p") {
+            let end = rest[at..].find('}').expect("closed placeholder") + at;
+            let want = format!("{{p{n}:{}}}", sql.params[n].type_name());
+            assert_eq!(&rest[at..=end], want, "{}", sql.text);
+            n += 1;
+            rest = &rest[end..];
+        }
+        assert_eq!(n, sql.params.len(), "{}", sql.text);
+    }
+
+    #[test]
+    fn user_values_are_always_bound() {
+        let evil = "x'); DROP TABLE call_parts; --";
+        let q = compile(json!({
+            "project_id": "e/p",
+            "filter": {"op_names": [evil, format!("{evil}:*")], "call_ids": [evil],
+                       "input_refs": [evil], "output_refs": [evil], "trace_ids": [evil],
+                       "parent_ids": [evil], "thread_ids": [evil], "turn_ids": [evil],
+                       "wb_user_ids": [evil], "wb_run_ids": [evil], "trace_roots_only": true},
+            "query": {"$expr": {"$and": [
+                {"$eq": [{"$getField": format!("inputs.{evil}.0")}, {"$literal": evil}]},
+                {"$contains": {"input": {"$getField": "op_name"}, "substr": {"$literal": evil},
+                               "case_insensitive": true}},
+                {"$in": [{"$getField": "display_name"}, [{"$literal": evil}]]},
+                {"$gt": [{"$convert": {"input": {"$getField": "output.a"}, "to": "double"}},
+                         {"$literal": 1.5}]},
+                {"$not": [{"$eq": [{"$convert": {"input": {"$getField": "attributes.b"},
+                                                 "to": "bool"}}, {"$literal": true}]}]},
+                {"$lt": [{"$getField": "started_at"}, {"$literal": "2026-01-01"}]}
+            ]}},
+            "sort_by": [{"field": format!("summary.{evil}"), "direction": "desc"}],
+            "limit": 10, "offset": 5
+        }));
+        for sql in [select_calls(&q), count_calls(&q), doomed_calls(evil, &[evil.to_owned()])] {
+            assert!(!sql.text.contains("DROP"), "{}", sql.text);
+            check_placeholders(&sql);
+            let bound = |p: &Param| match p {
+                Param::Str(s) => s.contains(evil),
+                Param::StrList(l) => l.iter().any(|s| s.contains(evil)),
+                _ => false,
+            };
+            assert!(sql.params.iter().any(bound), "{:?}", sql.params);
+        }
+        for by in [ObjectBy::Digest(evil.into()), ObjectBy::Index(3), ObjectBy::Latest] {
+            let sql = select_object(evil, evil, &by);
+            assert!(!sql.text.contains("DROP"), "{}", sql.text);
+            check_placeholders(&sql);
+        }
+        for sql in [
+            object_state(evil, evil, evil),
+            select_object_val(evil, evil, evil),
+            file_exists(evil, evil),
+            select_file(evil, evil),
+            select_key(evil),
+        ] {
+            assert!(!sql.text.contains("DROP"), "{}", sql.text);
+            check_placeholders(&sql);
+        }
+    }
+
+    /// (name, request, fragments the SQL must contain, parameters it must bind)
+    type Case = (&'static str, serde_json::Value, Vec<&'static str>, Vec<Param>);
+
+    #[test]
+    fn renders_the_query_language() {
+        let s = |v: &str| Param::Str(v.to_owned());
+        let cases: Vec<Case> = vec![
+            (
+                "default order and paging",
+                json!({"project_id": "e/p", "limit": 10, "offset": 5}),
+                vec![
+                    "ORDER BY started_at ASC NULLS FIRST, id ASC NULLS FIRST LIMIT {p1:UInt64} \
+                     OFFSET {p2:UInt64}",
+                    "WHERE started AND deleted_at IS NULL",
+                ],
+                vec![s("e/p"), Param::UInt(10), Param::UInt(5)],
+            ),
+            (
+                "offset without limit",
+                json!({"project_id": "e/p", "offset": 3}),
+                vec!["OFFSET {p1:UInt64} ROWS"],
+                vec![s("e/p"), Param::UInt(3)],
+            ),
+            (
+                "array indexes are 1-based and only apply to arrays",
+                json!({"project_id": "e/p", "query": {"$expr": {"$eq": [
+                    {"$getField": "inputs.a.0"}, {"$literal": "x"}]}}}),
+                vec!["if(empty(inputs_q), inputs, inputs_q)", "= 'Array'", "JSONExtractString("],
+                vec![s("e/p"), s("a"), s("a"), Param::Int(1)],
+            ),
+            (
+                "timestamps compare as DateTime64",
+                json!({"project_id": "e/p", "query": {"$expr": {"$gt": [
+                    {"$getField": "started_at"}, {"$literal": 1_700_000_000}]}}}),
+                vec!["(started_at > fromUnixTimestamp64Micro({p1:Int64}, 'UTC'))"],
+                vec![s("e/p"), Param::Int(1_700_000_000_000_000)],
+            ),
+            (
+                "call ids narrow the aggregation by primary key",
+                json!({"project_id": "e/p", "filter": {"call_ids": ["a", "b"]}}),
+                vec!["WHERE project_id = {p0:String} AND id IN {p1:Array(String)}"],
+                vec![s("e/p"), Param::StrList(vec!["a".into(), "b".into()])],
+            ),
+            (
+                "empty thread ids match nothing",
+                json!({"project_id": "e/p", "filter": {"thread_ids": []}}),
+                vec!["ifNull(thread_id IN {p1:Array(String)}, 0)"],
+                vec![s("e/p"), Param::StrList(vec![])],
+            ),
+            (
+                "op name wildcards are prefixes",
+                json!({"project_id": "e/p", "filter": {"op_names": ["weave:///e/p/op/f:*"]}}),
+                vec!["(op_name IN {p1:Array(String)} OR startsWith(op_name, {p2:String}))"],
+                vec![s("e/p"), Param::StrList(vec![]), s("weave:///e/p/op/f:")],
+            ),
+            (
+                "negation treats NULL as false",
+                json!({"project_id": "e/p", "query": {"$expr": {"$not": [{"$eq": [
+                    {"$getField": "display_name"}, {"$literal": "x"}]}]}}}),
+                vec!["(NOT ifNull(((display_name = {p1:String})), 0))"],
+                vec![s("e/p"), s("x")],
+            ),
+            (
+                "json sort: present, numeric, then text",
+                json!({"project_id": "e/p", "sort_by": [{"field": "inputs.n", "direction": "desc"}]}),
+                vec!["!= 'Null') DESC, if(isFinite(", "DESC NULLS LAST, multiIf("],
+                vec![s("e/p"), s("n"), s("n")],
+            ),
+        ];
+        for (name, body, fragments, params) in cases {
+            let sql = select_calls(&compile(body));
+            check_placeholders(&sql);
+            for f in fragments {
+                assert!(sql.text.contains(f), "{name}: no {f:?} in\n{}", sql.text);
+            }
+            assert_eq!(sql.params[..params.len()], params[..], "{name}: {}", sql.text);
+        }
+    }
+
+    #[test]
+    fn count_caps_at_limit_and_ignores_order() {
+        let q = compile(json!({"project_id": "e/p", "limit": 7,
+                               "sort_by": [{"field": "op_name", "direction": "desc"}]}));
+        let sql = count_calls(&q);
+        assert!(sql.text.starts_with("SELECT count() FROM (SELECT 1 FROM ("), "{}", sql.text);
+        assert!(sql.text.ends_with("LIMIT {p1:UInt64})"), "{}", sql.text);
+        assert!(!sql.text.contains("ORDER BY"), "{}", sql.text);
+    }
+}

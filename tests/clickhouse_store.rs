@@ -1,0 +1,132 @@
+//! The ClickHouse store against the test ClickHouse (chdb behind its HTTP interface): schema
+//! migrations, and what the HTTP suites cannot see (rows on disk, insert deduplication).
+//! The HTTP conformance suites run on this store with `HEDDLE_TEST_STORE=clickhouse`.
+
+mod common;
+
+use common::clickhouse::ClickHouse;
+use heddle_proto::ProjectId;
+use heddle_proto::calls::{CallPart, CallsQueryReq, EndPart, StartPart};
+use heddle_proto::time::Micros;
+use heddle_store::Store;
+use heddle_store::clickhouse::{ClickHouseStore, migrations};
+
+async fn connect(ch: &ClickHouse) -> ClickHouseStore {
+    let db = ch.database.as_deref().unwrap_or("default");
+    ClickHouseStore::connect(&ch.url, "default", "", db).await.expect("connecting")
+}
+
+async fn tables(store: &ClickHouseStore) -> Vec<String> {
+    store
+        .client()
+        .query("SELECT name FROM system.tables WHERE database = currentDatabase() ORDER BY name")
+        .fetch_all::<String>()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn migrations_apply_once_and_are_idempotent() {
+    let ch = ClickHouse::start();
+    let store = connect(&ch).await;
+    let all: Vec<u32> = (1..=migrations::LATEST).collect();
+    assert_eq!(migrations::applied(store.client()).await.unwrap(), all);
+    assert_eq!(
+        tables(&store).await,
+        ["api_keys", "call_parts", "files", "heddle_schema_migrations", "objects"]
+    );
+
+    // Running again (directly, or by a second process starting) changes nothing.
+    assert_eq!(migrations::migrate(store.client()).await.unwrap(), Vec::<u32>::new());
+    let again = connect(&ch).await;
+    assert_eq!(migrations::applied(again.client()).await.unwrap(), all);
+    let recorded: u64 = again
+        .client()
+        .query("SELECT count() FROM heddle_schema_migrations")
+        .fetch_one()
+        .await
+        .unwrap();
+    assert_eq!(recorded, all.len() as u64, "each version recorded once");
+
+    // A migration interrupted after some of its statements is applied again in full: its
+    // statements are idempotent, and the version is recorded only at the end.
+    store.client().query("DROP TABLE files").execute().await.unwrap();
+    store
+        .client()
+        .query("ALTER TABLE heddle_schema_migrations DELETE WHERE version = 1")
+        .with_setting("mutations_sync", "1")
+        .execute()
+        .await
+        .unwrap();
+    assert_eq!(migrations::migrate(store.client()).await.unwrap(), [1]);
+    assert!(tables(&store).await.contains(&"files".to_owned()));
+    assert_eq!(migrations::applied(store.client()).await.unwrap(), all);
+}
+
+fn part(id: &str, start: bool, end: bool) -> CallPart {
+    CallPart {
+        project: ProjectId::parse("e/p").unwrap(),
+        id: id.to_owned(),
+        trace_id: Some("t".into()),
+        start: start.then(|| StartPart {
+            op_name: "op".into(),
+            display_name: None,
+            parent_id: None,
+            thread_id: None,
+            turn_id: None,
+            started_at: Micros(1_000_000),
+            attributes: "{}".into(),
+            inputs: r#"{"x": 1.0}"#.into(),
+            otel_dump: None,
+            wb_user_id: None,
+            wb_run_id: None,
+            wb_run_step: None,
+        }),
+        end: end.then(|| EndPart {
+            ended_at: Micros(3_000_000),
+            summary: "{}".into(),
+            output: Some("2".into()),
+            exception: None,
+            wb_run_step_end: None,
+        }),
+    }
+}
+
+async fn rows_of(store: &ClickHouseStore, id: &str) -> u64 {
+    store
+        .client()
+        .query("SELECT count() FROM call_parts WHERE project_id = 'e/p' AND id = ?")
+        .bind(id)
+        .fetch_one()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn batches_under_one_token_are_stored_once() {
+    let ch = ClickHouse::start();
+    let store = connect(&ch).await;
+    let batch = vec![part("a", true, false), part("a", false, true), part("b", true, true)];
+    store.apply_call_parts_once(batch.clone(), "p0:1-3").await.unwrap();
+    store.apply_call_parts_once(batch.clone(), "p0:1-3").await.unwrap();
+    assert_eq!(rows_of(&store, "a").await, 2, "the repeated batch was not stored again");
+
+    // Without a token the rows are stored again, and the calls read the same.
+    store.apply_call_parts(batch).await.unwrap();
+    assert_eq!(rows_of(&store, "a").await, 4);
+    let q: CallsQueryReq =
+        serde_json::from_value(serde_json::json!({"project_id": "e/p"})).unwrap();
+    assert_eq!(store.count_calls(q.validate().unwrap()).await.unwrap(), 2);
+    let q: CallsQueryReq =
+        serde_json::from_value(serde_json::json!({"project_id": "e/p"})).unwrap();
+    let calls: Vec<_> = futures::StreamExt::collect::<Vec<_>>(
+        store.query_calls(q.validate().unwrap()).await.unwrap(),
+    )
+    .await;
+    let a = calls[0].as_ref().unwrap();
+    assert_eq!(
+        (a.id.as_str(), a.inputs.get(), a.output.as_ref().unwrap().get()),
+        ("a", r#"{"x": 1.0}"#, "2")
+    );
+    assert_eq!(a.ended_at, Some(Micros(3_000_000)));
+}
