@@ -37,7 +37,7 @@ fn backend(e: impl std::fmt::Display) -> StoreError {
 
 /// ClickHouse error codes that mean the inserted data itself is unacceptable (parse and type
 /// errors, oversized strings): retrying the same rows cannot succeed.
-const DATA_ERROR_CODES: &[u32] = &[6, 26, 27, 38, 41, 53, 69, 70, 72, 117, 131];
+const DATA_ERROR_CODES: &[u32] = &[6, 26, 27, 38, 41, 69, 72, 117, 131];
 
 /// The server's `Code: N.` of an error, if it is one.
 fn error_code(e: &clickhouse::error::Error) -> Option<u32> {
@@ -159,6 +159,16 @@ impl ClickHouseStore {
     }
 }
 
+/// The rows of `parts`, built off the async runtime: each JSON member is parsed once more to
+/// find refs and numbers ClickHouse would rewrite (`rows::index_json`).
+async fn part_rows(parts: Vec<CallPart>) -> Result<Vec<PartRow>> {
+    tokio::task::spawn_blocking(move || {
+        parts.into_iter().map(|p| PartRow::from_part(p, next_version())).collect()
+    })
+    .await
+    .map_err(backend)
+}
+
 fn version_text(v: &VersionSel) -> String {
     match v {
         VersionSel::Latest => "latest".into(),
@@ -170,8 +180,7 @@ fn version_text(v: &VersionSel) -> String {
 #[async_trait]
 impl Store for ClickHouseStore {
     async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
-        let rows: Vec<PartRow> =
-            parts.into_iter().map(|p| PartRow::from_part(p, next_version())).collect();
+        let rows = part_rows(parts).await?;
         self.insert::<PartRow>(sql::CALL_PARTS, &rows).await
     }
 
@@ -179,8 +188,7 @@ impl Store for ClickHouseStore {
     /// token, so ClickHouse stores it once; were it stored twice, the aggregation per call would
     /// hide the duplicate rows anyway.
     async fn apply_call_parts_once(&self, parts: Vec<CallPart>, token: &str) -> Result<()> {
-        let rows: Vec<PartRow> =
-            parts.into_iter().map(|p| PartRow::from_part(p, next_version())).collect();
+        let rows = part_rows(parts).await?;
         self.insert_once::<PartRow>(sql::CALL_PARTS, &rows, Some(token)).await
     }
 

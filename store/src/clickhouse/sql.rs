@@ -147,17 +147,43 @@ pub fn call_columns(q: &CallsQuery) -> String {
     )
 }
 
+/// The calls of `q`, sorted and paged.
+///
+/// A page (`limit` without `call_ids`) is selected in two steps within the statement: the ids
+/// of the page are found on an aggregation that needs only the columns the filter and the sort
+/// read, then the page's rows are aggregated again in full, narrowed by primary key. The large
+/// members (inputs, output, ...) are thus aggregated for the page, not for the whole project.
 pub fn select_calls(q: &CallsQuery) -> Sql {
     let mut sql = Sql::default();
     sql.push("SELECT ").push(&call_columns(q)).push(" FROM ");
-    calls_from(&mut sql, q);
+    let paged = q.limit.is_some() && q.filter.call_ids.as_ref().is_none_or(|l| l.is_empty());
+    if paged {
+        sql.push("(").push(CALLS_AGG).bind_str(q.project.as_str());
+        sql.push(" AND id IN (SELECT id FROM ");
+        calls_from(&mut sql, q);
+        order_by(&mut sql, q);
+        paging(&mut sql, q);
+        sql.push(") GROUP BY project_id, id) AS c");
+        order_by(&mut sql, q);
+    } else {
+        calls_from(&mut sql, q);
+        order_by(&mut sql, q);
+        paging(&mut sql, q);
+    }
+    sql
+}
+
+fn order_by(sql: &mut Sql, q: &CallsQuery) {
     sql.push(" ORDER BY ");
     for (i, (field, dir)) in q.sort.iter().enumerate() {
         if i > 0 {
             sql.push(", ");
         }
-        order_term(&mut sql, field, *dir);
+        order_term(sql, field, *dir);
     }
+}
+
+fn paging(sql: &mut Sql, q: &CallsQuery) {
     match q.limit {
         Some(limit) => {
             sql.push(" LIMIT ")
@@ -170,7 +196,6 @@ pub fn select_calls(q: &CallsQuery) -> Sql {
         }
         None => {}
     }
-    sql
 }
 
 /// What `select_calls` returns without paging, capped at `limit`.
@@ -770,11 +795,11 @@ mod tests {
                 "default order and paging",
                 json!({"project_id": "e/p", "limit": 10, "offset": 5}),
                 vec![
-                    "ORDER BY started_at ASC NULLS FIRST, id ASC NULLS FIRST LIMIT {p1:UInt64} \
-                     OFFSET {p2:UInt64}",
+                    "ORDER BY started_at ASC NULLS FIRST, id ASC NULLS FIRST LIMIT {p2:UInt64} \
+                     OFFSET {p3:UInt64}) GROUP BY project_id, id) AS c ORDER BY started_at ASC",
                     "WHERE started AND deleted_at IS NULL",
                 ],
-                vec![s("e/p"), Param::UInt(10), Param::UInt(5)],
+                vec![s("e/p"), s("e/p"), Param::UInt(10), Param::UInt(5)],
             ),
             (
                 "offset without limit",
