@@ -13,6 +13,7 @@ use heddle_ingest::consumer::Pipeline;
 use heddle_ingest::metrics::Metrics;
 use heddle_ingest::producer::KafkaSink;
 use heddle_store::Store;
+use heddle_store::clickhouse::ClickHouseStore;
 use heddle_store::sqlite::{SqliteOptions, SqliteStore};
 
 mod server;
@@ -287,7 +288,15 @@ fn consumer_pipeline(
 /// Opens the configured store and brings its schema up to date.
 async fn open_store(args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
     if let Some(url) = &args.clickhouse {
-        anyhow::bail!("the ClickHouse store ({url}) is not available in this build yet");
+        let store = ClickHouseStore::connect(
+            url,
+            &args.clickhouse_user,
+            &args.clickhouse_password,
+            &args.clickhouse_database,
+        )
+        .await
+        .with_context(|| format!("opening the ClickHouse store at {url}"))?;
+        return Ok(Arc::new(store));
     }
     let store = SqliteStore::open(&args.data_dir, SqliteOptions::default())
         .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;

@@ -14,6 +14,26 @@ venv="$cache/venv-$(sha256sum tests/python/requirements.txt | cut -c1-12)"
 
 step() { printf '\n==> %s\n' "$*"; }
 
+# rdkafka builds its bundled librdkafka with cmake (Debian's librdkafka is too old for tansu).
+missing=()
+for pkg in cmake libcurl4-openssl-dev libssl-dev zlib1g-dev; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+    step "installing build packages: ${missing[*]}"
+    sudo_=""; [ "$(id -u)" -eq 0 ] || sudo_="sudo"
+    $sudo_ apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo_ apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+# tansu: a real Kafka-protocol broker for the distributed tests (a slow build, so cached).
+tansu_root="$cache/tansu-0.6.0"
+if [ ! -x "$tansu_root/bin/tansu" ]; then
+    step "installing tansu 0.6.0 into $tansu_root (about 15 minutes, once)"
+    cargo install tansu@0.6.0 --locked --features libsql --root "$tansu_root"
+fi
+export HEDDLE_TANSU="$tansu_root/bin/tansu"
+
 if ! "$venv/bin/python" -c 'import weave, pytest, chdb, mmdb_writer' >/dev/null 2>&1; then
     step "creating the Python venv with the pinned SDK in $venv"
     rm -rf "$venv"

@@ -105,7 +105,12 @@ impl Pipeline {
     async fn collect(&self) -> Result<Vec<Rec>, ConsumeError> {
         let mut batch = Vec::new();
         let mut bytes = 0usize;
-        let first = self.consumer.recv().await?;
+        let first = loop {
+            match self.consumer.recv().await {
+                Ok(m) => break m,
+                Err(e) => self.survive(e).await?,
+            }
+        };
         bytes += first.payload_len();
         batch.push(detach(&first));
         let deadline = tokio::time::Instant::now() + self.limits.max_wait;
@@ -115,11 +120,26 @@ impl Pipeline {
                     bytes += m.payload_len();
                     batch.push(detach(&m));
                 }
-                Ok(Err(e)) => return Err(e.into()),
+                Ok(Err(e)) => {
+                    self.survive(e).await?;
+                    break; // store what is in hand
+                }
                 Err(_) => break, // max_wait reached
             }
         }
         Ok(batch)
+    }
+
+    /// Kafka errors seen while consuming (a broker restarting, a lost connection) are transient:
+    /// librdkafka reconnects by itself. Only an error librdkafka declares fatal stops the role.
+    async fn survive(&self, e: KafkaError) -> Result<(), ConsumeError> {
+        if let Some((_, reason)) = self.consumer.client().fatal_error() {
+            tracing::error!(reason, "fatal Kafka consumer error");
+            return Err(e.into());
+        }
+        tracing::warn!(error = %e, "Kafka consumer error; retrying");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        Ok(())
     }
 
     async fn process(&self, batch: Vec<Rec>) -> Result<(), ConsumeError> {

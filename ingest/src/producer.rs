@@ -50,7 +50,9 @@ pub(crate) fn producer_config(cfg: &KafkaConfig) -> ClientConfig {
 }
 
 pub struct KafkaSink {
-    producer: FutureProducer,
+    /// Replaced when it stays stuck while the broker is reachable (see `recover_after_failure`).
+    producer: std::sync::RwLock<FutureProducer>,
+    failures: AtomicU32,
     cfg: KafkaConfig,
     metrics: Arc<Metrics>,
     /// Partition count of the topic, refreshed from metadata now and then.
@@ -62,9 +64,10 @@ const METADATA_REFRESH: Duration = Duration::from_secs(30);
 
 impl KafkaSink {
     pub fn new(cfg: KafkaConfig, metrics: Arc<Metrics>) -> Result<KafkaSink, KafkaError> {
-        let producer = producer_config(&cfg).create()?;
+        let producer = std::sync::RwLock::new(producer_config(&cfg).create()?);
         Ok(KafkaSink {
             producer,
+            failures: AtomicU32::new(0),
             cfg,
             metrics,
             partitions: AtomicU32::new(0),
@@ -79,7 +82,7 @@ impl KafkaSink {
         if known > 0 && refreshed.is_some_and(|t| t.elapsed() < METADATA_REFRESH) {
             return Ok(known);
         }
-        let client = self.producer.clone();
+        let client = self.producer();
         let topic = self.cfg.topic.clone();
         let timeout = self.cfg.delivery_timeout;
         let fetched = tokio::task::spawn_blocking(move || {
@@ -98,6 +101,40 @@ impl KafkaSink {
             _ if known > 0 => Ok(known),
             Ok(_) => Err(unavailable(format!("topic {} has no partitions", self.cfg.topic))),
             Err(e) => Err(unavailable(format!("Kafka metadata unavailable: {e}"))),
+        }
+    }
+
+    fn producer(&self) -> FutureProducer {
+        self.producer.read().expect("not poisoned").clone()
+    }
+
+    /// An idempotent producer whose messages timed out must bump its epoch with the broker; a
+    /// broker that restarted without that state (tansu does) can leave the producer failing
+    /// forever. After repeated failures while the broker answers metadata, start a new producer
+    /// (a new producer id). Duplicates this might cause are invisible: parts are idempotent.
+    fn recover_after_failure(&self) {
+        let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if failures < 2 {
+            return;
+        }
+        let reachable = self
+            .producer()
+            .client()
+            .fetch_metadata(Some(&self.cfg.topic), Duration::from_secs(1))
+            .is_ok();
+        if !reachable {
+            return;
+        }
+        match producer_config(&self.cfg).create::<FutureProducer>() {
+            Ok(fresh) => {
+                tracing::warn!(
+                    failures,
+                    "Kafka is reachable but writes keep failing: new producer"
+                );
+                *self.producer.write().expect("not poisoned") = fresh;
+                self.failures.store(0, Ordering::Relaxed);
+            }
+            Err(e) => tracing::error!(error = %e, "could not create a new Kafka producer"),
         }
     }
 
@@ -144,24 +181,24 @@ impl CallSink for KafkaSink {
     async fn write(&self, parts: Vec<CallPart>) -> Result<(), ApiError> {
         let partitions = self.partition_count().await?;
         let records = self.records(&parts, partitions);
-        let sends =
-            records.iter().map(|(partition, key, payload)| {
-                let rec = FutureRecord::to(&self.cfg.topic)
-                    .partition(*partition)
-                    .key(key)
-                    .payload(payload);
-                async move {
-                    self.producer.send(rec, self.cfg.delivery_timeout).await.map_err(|(e, _)| e)
-                }
-            });
+        let producer = self.producer();
+        let sends = records.iter().map(|(partition, key, payload)| {
+            let rec =
+                FutureRecord::to(&self.cfg.topic).partition(*partition).key(key).payload(payload);
+            let producer = &producer;
+            async move { producer.send(rec, self.cfg.delivery_timeout).await.map_err(|(e, _)| e) }
+        });
         match try_join_all(sends).await {
             Ok(_) => {
+                self.failures.store(0, Ordering::Relaxed);
                 self.metrics.produced.with_label_values(&["acked"]).inc_by(records.len() as u64);
                 Ok(())
             }
             Err(e) => {
                 self.metrics.produced.with_label_values(&["failed"]).inc();
                 tracing::warn!(error = %e, "produce failed");
+                // Checking the broker blocks for up to a second: keep it off the reactor.
+                tokio::task::block_in_place(|| self.recover_after_failure());
                 Err(match e.rdkafka_error_code() {
                     Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
                         ApiError::TooLarge(format!("a call is larger than Kafka accepts: {e}"))

@@ -9,6 +9,7 @@
 #![allow(dead_code)]
 
 pub mod clickhouse;
+pub mod kafka;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;

@@ -1,0 +1,107 @@
+//! A real Kafka-protocol broker for tests: tansu (installed by `tests/run.sh`, path in
+//! `HEDDLE_TANSU`) on a free loopback port with SQLite storage, so it can be stopped and started
+//! again on the same data.
+
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub const TOPIC: &str = "heddle.calls";
+pub const DLQ_TOPIC: &str = "heddle.calls.dlq";
+pub const PARTITIONS: u32 = 3;
+
+pub struct Kafka {
+    /// `host:port`, as rdkafka's bootstrap.servers wants it.
+    pub brokers: String,
+    port: u16,
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+}
+
+fn tansu() -> String {
+    std::env::var("HEDDLE_TANSU").unwrap_or_else(|_| {
+        panic!(
+            "HEDDLE_TANSU is not set: run the suite with `bash tests/run.sh`, which installs tansu"
+        )
+    })
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0").expect("a free port").local_addr().expect("addr").port()
+}
+
+impl Kafka {
+    /// Starts a broker and creates the call topic and its dead-letter topic.
+    pub fn start() -> Kafka {
+        let mut k = Kafka {
+            brokers: String::new(),
+            port: free_port(),
+            dir: tempfile::tempdir().expect("tempdir"),
+            child: None,
+        };
+        k.brokers = format!("127.0.0.1:{}", k.port);
+        k.resume();
+        for (topic, partitions) in [(TOPIC, PARTITIONS), (DLQ_TOPIC, 1)] {
+            let out = Command::new(tansu())
+                .args(["topic", "create", "--broker", &k.url(), topic])
+                .args(["--partitions", &partitions.to_string()])
+                .output()
+                .expect("running tansu topic create");
+            assert!(
+                out.status.success(),
+                "tansu topic create {topic}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        k
+    }
+
+    fn url(&self) -> String {
+        format!("tcp://127.0.0.1:{}", self.port)
+    }
+
+    /// (Re)starts the broker process on the same port and data, and waits until it accepts
+    /// connections.
+    pub fn resume(&mut self) {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.dir.path().join("tansu.log"))
+            .expect("log file");
+        let child = Command::new(tansu())
+            .arg("broker")
+            .args(["--listener-url", &self.url(), "--advertised-listener-url", &self.url()])
+            // tansu resolves the SQLite path against its working directory.
+            .args(["--storage-engine", "sqlite://tansu.db"])
+            .current_dir(self.dir.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::from(log.try_clone().expect("log handle")))
+            .stderr(Stdio::from(log))
+            .spawn()
+            .expect("starting tansu");
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            assert!(Instant::now() < deadline, "tansu did not listen within 30 s: {}", self.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Stops the broker (SIGKILL: the data stays on disk).
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("tansu.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for Kafka {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}

@@ -1,0 +1,231 @@
+//! The distributed write path with real parts: `heddle ingest` → tansu (Kafka protocol) →
+//! `heddle consume` → store, read back through `heddle query`, each role its own process. Fault
+//! tests assert that every acknowledged call is present exactly once afterwards.
+
+mod common;
+
+use std::collections::HashSet;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use common::kafka::{DLQ_TOPIC, Kafka, TOPIC};
+use common::{Api, BIN, announced_url, basic, uid};
+use rdkafka::ClientConfig;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::{Value, json};
+
+const PROJECT: &str = "pipe/line";
+
+/// One heddle role process, killed on drop.
+struct Role {
+    child: Child,
+    url: String,
+}
+
+impl Drop for Role {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The processes of one distributed deployment sharing a store directory and a broker.
+struct Deployment {
+    kafka: Kafka,
+    dir: tempfile::TempDir,
+    key: String,
+}
+
+impl Deployment {
+    fn new() -> Deployment {
+        Deployment {
+            kafka: Kafka::start(),
+            dir: tempfile::tempdir().expect("tempdir"),
+            key: format!("admin-{}", uid()),
+        }
+    }
+
+    fn start(&self, role: &str, extra: &[&str]) -> Role {
+        let listen_flag = if role == "consume" { "--metrics-listen" } else { "--listen" };
+        let mut child = Command::new(BIN)
+            .arg(role)
+            .args([listen_flag, "127.0.0.1:0", "--api-key", &self.key, "--data-dir"])
+            .arg(self.dir.path().join("data"))
+            .args(if role == "query" { vec![] } else { vec!["--kafka", &self.kafka.brokers] })
+            .args(extra)
+            .env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("RUST_LOG", "warn")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawning heddle");
+        let prefix =
+            if role == "consume" { "heddle consumer metrics on " } else { "heddle listening on " };
+        let url = announced_url(&mut child, prefix).expect("the role announced its address");
+        Role { child, url }
+    }
+
+    fn api(&self, role: &Role) -> Api {
+        Api {
+            url: role.url.clone(),
+            auth: Some(basic(&self.key)),
+            http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
+        }
+    }
+}
+
+fn batch(ids: &[String]) -> Value {
+    let calls: Vec<Value> = ids
+        .iter()
+        .map(|id| {
+            json!({
+                "project_id": PROJECT, "id": id, "trace_id": format!("trace-{}", &id[..8]),
+                "op_name": "weave:///pipe/line/op/step:d", "display_name": null, "parent_id": null,
+                "started_at": "2026-11-21T10:00:00Z", "ended_at": "2026-11-21T10:00:01Z",
+                "attributes": {}, "inputs": {"text": "y".repeat(300)}, "output": {"n": 1},
+                "summary": {}, "exception": null, "thread_id": null, "turn_id": null,
+                "otel_dump": null, "wb_user_id": null, "wb_run_id": null, "wb_run_step": null,
+                "wb_run_step_end": null
+            })
+        })
+        .collect();
+    json!({ "batch": calls })
+}
+
+/// Sends `n` batches of `size` calls; returns the ids of the acknowledged ones.
+async fn send(ingest: &Api, n: usize, size: usize) -> Vec<String> {
+    let mut acked = Vec::new();
+    for _ in 0..n {
+        let ids: Vec<String> = (0..size).map(|_| uid()).collect();
+        let r = ingest.post("/v2/pipe/line/calls/complete", &batch(&ids)).await;
+        assert_eq!(r.status, 200, "ingest refused a batch while the broker is up: {}", r.text());
+        acked.extend(ids);
+    }
+    acked
+}
+
+/// Waits until the store holds exactly `expected` (no more, no fewer, no duplicates).
+async fn assert_visible_exactly_once(query: &Api, expected: &[String], within: Duration) {
+    let deadline = Instant::now() + within;
+    let want: HashSet<&str> = expected.iter().map(String::as_str).collect();
+    loop {
+        let rows = query.stream(&json!({"project_id": PROJECT, "columns": ["id"]})).await;
+        let ids: Vec<&str> = rows.iter().map(|r| r["id"].as_str().unwrap()).collect();
+        let got: HashSet<&str> = ids.iter().copied().collect();
+        assert_eq!(got.len(), ids.len(), "a call appears twice");
+        if got == want {
+            let count = query.count(&json!({"project_id": PROJECT})).await;
+            assert_eq!(count as usize, want.len(), "query_stats disagrees with stream_query");
+            return;
+        }
+        assert!(got.is_subset(&want), "calls that were never sent are visible");
+        assert!(
+            Instant::now() < deadline,
+            "{} of {} acknowledged calls not visible after {within:?}",
+            want.len() - got.len(),
+            want.len()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn consumer_killed_mid_stream_loses_and_duplicates_nothing() {
+    let d = Deployment::new();
+    let ingest_role = d.start("ingest", &[]);
+    let query_role = d.start("query", &[]);
+    let (ingest, query) = (d.api(&ingest_role), d.api(&query_role));
+
+    let mut consumer = d.start("consume", &["--batch-records", "7"]);
+    let mut acked = send(&ingest, 20, 25).await;
+    // SIGKILL the consumer while records are in flight, keep writing, then start a new one.
+    drop(consumer);
+    acked.extend(send(&ingest, 20, 25).await);
+    consumer = d.start("consume", &["--batch-records", "7"]);
+    acked.extend(send(&ingest, 10, 25).await);
+    assert_visible_exactly_once(&query, &acked, Duration::from_secs(60)).await;
+
+    // The consumer reports its lag and visibility lag.
+    let metrics = d.api(&consumer).get("/metrics").await;
+    assert_eq!(metrics.status, 200);
+    let text = metrics.text();
+    assert!(text.contains("heddle_visibility_lag_seconds_count"), "{text}");
+    assert!(d.api(&consumer).client_without_auth().get("/metrics").await.status == 401);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_down_means_503_then_recovery() {
+    let mut d = Deployment::new();
+    let ingest_role = d.start("ingest", &["--kafka-delivery-timeout-ms", "2000"]);
+    let query_role = d.start("query", &[]);
+    let _consumer = d.start("consume", &[]);
+    let (ingest, query) = (d.api(&ingest_role), d.api(&query_role));
+    let mut acked = send(&ingest, 3, 10).await;
+
+    d.kafka.stop();
+    let ids: Vec<String> = (0..10).map(|_| uid()).collect();
+    let started = Instant::now();
+    let r = ingest.post("/v2/pipe/line/calls/complete", &batch(&ids)).await;
+    assert_eq!(r.status, 503, "a write the broker did not acknowledge: {}", r.text());
+    assert!(r.err(503).contains("not stored"));
+    assert!(started.elapsed() < Duration::from_secs(15), "503 took {:?}", started.elapsed());
+
+    d.kafka.resume();
+    // Ingest reconnects by itself: the same request succeeds once the broker is back.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let r = ingest.post("/v2/pipe/line/calls/complete", &batch(&ids)).await;
+        if r.status == 200 {
+            break;
+        }
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(Instant::now() < deadline, "ingest did not recover: {}", r.text());
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    acked.extend(ids);
+    acked.extend(send(&ingest, 2, 10).await);
+    assert_visible_exactly_once(&query, &acked, Duration::from_secs(60)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn poison_record_goes_to_the_dead_letter_topic_and_the_partition_moves_on() {
+    let d = Deployment::new();
+    let ingest_role = d.start("ingest", &[]);
+    let query_role = d.start("query", &[]);
+    let _consumer = d.start("consume", &[]);
+    let (ingest, query) = (d.api(&ingest_role), d.api(&query_role));
+
+    let producer: FutureProducer =
+        ClientConfig::new().set("bootstrap.servers", &d.kafka.brokers).create().unwrap();
+    for partition in 0..common::kafka::PARTITIONS as i32 {
+        let poison =
+            FutureRecord::to(TOPIC).partition(partition).key("poison").payload(b"\xffnot protobuf");
+        producer.send(poison, Duration::from_secs(10)).await.unwrap();
+    }
+    let acked = send(&ingest, 5, 20).await;
+    assert_visible_exactly_once(&query, &acked, Duration::from_secs(60)).await;
+
+    let dlq: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &d.kafka.brokers)
+        .set("group.id", format!("dlq-reader-{}", uid()))
+        .set("auto.offset.reset", "earliest")
+        .create()
+        .unwrap();
+    dlq.subscribe(&[DLQ_TOPIC]).unwrap();
+    let mut reasons = Vec::new();
+    while reasons.len() < common::kafka::PARTITIONS as usize {
+        let m = tokio::time::timeout(Duration::from_secs(30), dlq.recv())
+            .await
+            .expect("dead-lettered records arrive")
+            .unwrap();
+        assert_eq!(m.payload(), Some(&b"\xffnot protobuf"[..]));
+        let headers = m.headers().expect("headers");
+        let reason = headers.iter().find(|h| h.key == "heddle-reason").and_then(|h| h.value);
+        reasons.push(String::from_utf8_lossy(reason.expect("a reason")).into_owned());
+    }
+    assert!(reasons.iter().all(|r| r.contains("undecodable")), "{reasons:?}");
+}
