@@ -8,6 +8,7 @@ use std::collections::HashSet;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::clickhouse::ClickHouse;
 use common::kafka::{DLQ_TOPIC, Kafka, TOPIC};
 use common::{Api, BIN, announced_url, basic, uid};
 use rdkafka::ClientConfig;
@@ -36,6 +37,8 @@ struct Deployment {
     kafka: Kafka,
     dir: tempfile::TempDir,
     key: String,
+    /// The store: ClickHouse when set, else SQLite in `dir`.
+    clickhouse: Option<ClickHouse>,
 }
 
 impl Deployment {
@@ -44,6 +47,18 @@ impl Deployment {
             kafka: Kafka::start(),
             dir: tempfile::tempdir().expect("tempdir"),
             key: format!("admin-{}", uid()),
+            clickhouse: None,
+        }
+    }
+
+    fn on_clickhouse() -> Deployment {
+        Deployment { clickhouse: Some(ClickHouse::start_local()), ..Deployment::new() }
+    }
+
+    fn store_args(&self) -> Vec<String> {
+        match &self.clickhouse {
+            Some(ch) => vec!["--clickhouse".into(), ch.url.clone()],
+            None => vec!["--data-dir".into(), self.dir.path().join("data").display().to_string()],
         }
     }
 
@@ -51,8 +66,8 @@ impl Deployment {
         let listen_flag = if role == "consume" { "--metrics-listen" } else { "--listen" };
         let mut child = Command::new(BIN)
             .arg(role)
-            .args([listen_flag, "127.0.0.1:0", "--api-key", &self.key, "--data-dir"])
-            .arg(self.dir.path().join("data"))
+            .args([listen_flag, "127.0.0.1:0", "--api-key", &self.key])
+            .args(self.store_args())
             .args(if role == "query" { vec![] } else { vec!["--kafka", &self.kafka.brokers] })
             .args(extra)
             .env_clear()
@@ -70,11 +85,7 @@ impl Deployment {
     }
 
     fn api(&self, role: &Role) -> Api {
-        Api {
-            url: role.url.clone(),
-            auth: Some(basic(&self.key)),
-            http: reqwest::Client::builder().timeout(Duration::from_secs(30)).build().unwrap(),
-        }
+        Api::new(&role.url, Some(basic(&self.key)))
     }
 }
 
@@ -228,4 +239,23 @@ async fn poison_record_goes_to_the_dead_letter_topic_and_the_partition_moves_on(
         reasons.push(String::from_utf8_lossy(reason.expect("a reason")).into_owned());
     }
     assert!(reasons.iter().all(|r| r.contains("undecodable")), "{reasons:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clickhouse_down_for_a_while_then_the_consumer_catches_up() {
+    let mut d = Deployment::on_clickhouse();
+    let ingest_role = d.start("ingest", &[]);
+    let query_role = d.start("query", &[]);
+    let _consumer = d.start("consume", &[]);
+    let (ingest, query) = (d.api(&ingest_role), d.api(&query_role));
+    let mut acked = send(&ingest, 4, 25).await;
+    assert_visible_exactly_once(&query, &acked, Duration::from_secs(60)).await;
+
+    // Ingest keeps acknowledging into Kafka while ClickHouse is gone; nothing is committed.
+    d.clickhouse.as_mut().unwrap().stop();
+    acked.extend(send(&ingest, 8, 25).await);
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    d.clickhouse.as_mut().unwrap().resume();
+    acked.extend(send(&ingest, 4, 25).await);
+    assert_visible_exactly_once(&query, &acked, Duration::from_secs(90)).await;
 }

@@ -31,26 +31,53 @@ impl ClickHouse {
             let database = format!("heddle_test_{}", uuid::Uuid::new_v4().simple());
             return ClickHouse { url, database: Some(database), child: None, _dir: None };
         }
+        ClickHouse::start_local()
+    }
+
+    /// Always the local chdb adapter (fault tests stop and restart it).
+    pub fn start_local() -> ClickHouse {
         let dir = tempfile::tempdir().expect("tempdir");
-        let script =
-            PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/clickhouse_http.py");
-        let mut child = Command::new(test_python())
-            .arg(script)
-            .arg("--data-dir")
-            .arg(dir.path().join("chdb"))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("starting the ClickHouse HTTP adapter");
-        let url = super::announced_url(&mut child, "clickhouse-http listening on ").unwrap_or_else(
-            || {
-                let _ = child.kill();
-                panic!("the ClickHouse HTTP adapter did not start")
-            },
-        );
+        let (child, url) = spawn_adapter(dir.path(), 0);
         ClickHouse { url, database: None, child: Some(child), _dir: Some(dir) }
     }
+
+    /// Stops the local adapter (SIGKILL); its data stays on disk.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Restarts a stopped local adapter on the same port and data.
+    pub fn resume(&mut self) {
+        let dir = self._dir.as_ref().expect("only a local adapter can be resumed").path();
+        let port = self.url.rsplit(':').next().and_then(|p| p.parse().ok()).expect("a port");
+        let (child, url) = spawn_adapter(dir, port);
+        assert_eq!(url, self.url, "the adapter came back on another address");
+        self.child = Some(child);
+    }
+}
+
+/// Starts the adapter on `dir/chdb` (port 0 = any free port); returns it and its URL.
+fn spawn_adapter(dir: &std::path::Path, port: u16) -> (Child, String) {
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/support/clickhouse_http.py");
+    let mut child = Command::new(test_python())
+        .arg(script)
+        .arg("--data-dir")
+        .arg(dir.join("chdb"))
+        .args(["--port", &port.to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("starting the ClickHouse HTTP adapter");
+    let url =
+        super::announced_url(&mut child, "clickhouse-http listening on ").unwrap_or_else(|| {
+            let _ = child.kill();
+            panic!("the ClickHouse HTTP adapter did not start")
+        });
+    (child, url)
 }
 
 impl Drop for ClickHouse {
