@@ -297,6 +297,18 @@ pub fn parse_jsonl(body: &[u8]) -> Vec<Value> {
 }
 
 impl Api {
+    /// A client of `url` sending `auth` as the `Authorization` header.
+    pub fn new(url: &str, auth: Option<String>) -> Api {
+        Api {
+            url: url.to_owned(),
+            auth,
+            http: reqwest::Client::builder()
+                .timeout(Duration::from_secs(30))
+                .build()
+                .expect("http client"),
+        }
+    }
+
     /// The same endpoint without credentials.
     pub fn client_without_auth(&self) -> Api {
         Api { auth: None, ..self.clone() }
