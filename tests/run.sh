@@ -5,7 +5,8 @@
 # Slow installs are kept in a cache directory that is checked first and rebuilt when missing:
 #   HEDDLE_TEST_CACHE   (default: ~/.cache/heddle-test)
 # CLICKHOUSE_URL points the ClickHouse tests at a real server instead of chdb. The HTTP and
-# real-client suites run twice: on SQLite, then with HEDDLE_TEST_STORE=clickhouse.
+# real-client suites run three times: on SQLite, with HEDDLE_TEST_STORE=clickhouse, and with
+# HEDDLE_TEST_STORE=distributed (calls through a tansu broker into ClickHouse).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -55,9 +56,19 @@ step "HTTP conformance tests on the ClickHouse store"
 HEDDLE_TEST_STORE=clickhouse cargo test --test http_calls --test http_objects_files \
     --test http_service_auth --test restart
 
+step "HTTP conformance tests on the distributed store (Kafka + ClickHouse)"
+# Every server gets its own tansu broker and ClickHouse and runs `serve --kafka --clickhouse`;
+# clients wait after each acknowledged ingest request until the consumer has stored it.
+HEDDLE_TEST_STORE=distributed cargo test --test http_calls --test http_objects_files \
+    --test http_service_auth --test restart
+
 step "real-client tests (weave SDK)"
 HEDDLE_BIN="$PWD/target/debug/heddle" "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider
 
 step "real-client tests (weave SDK) on the ClickHouse store"
 HEDDLE_TEST_STORE=clickhouse HEDDLE_BIN="$PWD/target/debug/heddle" \
+    "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider
+
+step "real-client tests (weave SDK) on the distributed store (Kafka + ClickHouse)"
+HEDDLE_TEST_STORE=distributed HEDDLE_BIN="$PWD/target/debug/heddle" \
     "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider

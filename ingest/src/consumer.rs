@@ -150,20 +150,27 @@ impl Pipeline {
                 Err(e) => self.dead_letter(&rec, &e.to_string()).await?,
             }
         }
-        self.store_all(&good).await?;
+        let rejected = self.store_all(&good).await?;
         self.commit(&good.iter().map(|(r, _)| r).collect::<Vec<_>>())?;
         let now_ms = now_ms();
-        for (rec, _) in &good {
+        for (rec, _) in good.iter().filter(|(r, _)| !rejected.contains(&(r.partition, r.offset))) {
             if let Some(ts) = rec.timestamp_ms {
                 self.metrics.visibility_lag.observe((now_ms - ts).max(0) as f64 / 1000.0);
             }
         }
-        self.metrics.consumed.with_label_values(&["stored"]).inc_by(good.len() as u64);
+        // Rejected records were counted as dead-lettered, not stored.
+        let stored = good.len() - rejected.len();
+        self.metrics.consumed.with_label_values(&["stored"]).inc_by(stored as u64);
         Ok(())
     }
 
     /// Stores records, splitting around data the store rejects; retries everything else.
-    async fn store_all(&self, recs: &[(Rec, Vec<CallPart>)]) -> Result<(), ConsumeError> {
+    /// Returns the (partition, offset) of the records the store rejected (now dead-lettered).
+    async fn store_all(
+        &self,
+        recs: &[(Rec, Vec<CallPart>)],
+    ) -> Result<Vec<(i32, i64)>, ConsumeError> {
+        let mut rejected = Vec::new();
         let mut pending = vec![recs];
         while let Some(slice) = pending.pop() {
             if slice.is_empty() {
@@ -171,7 +178,11 @@ impl Pipeline {
             }
             match self.store_retrying(slice).await {
                 Ok(()) => {}
-                Err(reason) if slice.len() == 1 => self.dead_letter(&slice[0].0, &reason).await?,
+                Err(reason) if slice.len() == 1 => {
+                    let rec = &slice[0].0;
+                    self.dead_letter(rec, &reason).await?;
+                    rejected.push((rec.partition, rec.offset));
+                }
                 Err(_) => {
                     let (a, b) = slice.split_at(slice.len() / 2);
                     pending.push(b);
@@ -179,7 +190,7 @@ impl Pipeline {
                 }
             }
         }
-        Ok(())
+        Ok(rejected)
     }
 
     /// One insert of a slice; `Err(reason)` only when the store rejected the data itself.

@@ -2,18 +2,27 @@
 //! a fresh data directory and a random admin key, and offers small authed request helpers.
 //! Each test starts its own server (startup is a few milliseconds); it is killed on drop.
 //!
-//! `HEDDLE_TEST_STORE` picks the store every server runs on: `sqlite` (default) or
-//! `clickhouse`, where each server gets its own ClickHouse (see [`clickhouse::ClickHouse`]),
-//! kept as long as the server, so the same suites check both backends.
+//! `HEDDLE_TEST_STORE` picks the store every server runs on, so the same suites check every
+//! backend:
+//! - `sqlite` (default): the embedded store;
+//! - `clickhouse`: each server gets its own ClickHouse (see [`clickhouse::ClickHouse`]), kept as
+//!   long as the server;
+//! - `distributed` (or `kafka`): the real distributed write path in one process — each server
+//!   gets its own tansu broker and ClickHouse and runs `heddle serve --kafka --clickhouse`:
+//!   ingest produces to Kafka, the in-process consumer batches into ClickHouse, queries read
+//!   ClickHouse. Test clients wait after each acknowledged ingest request until the consumer
+//!   has stored it (see [`visibility`]).
 
 #![allow(dead_code)]
 
 pub mod clickhouse;
 pub mod kafka;
+pub mod visibility;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
 use std::time::Duration;
 
 use base64::Engine;
@@ -26,26 +35,45 @@ pub const BIN: &str = env!("CARGO_BIN_EXE_heddle");
 pub enum StoreMode {
     Sqlite,
     ClickHouse,
+    /// Kafka (tansu) for the calls' write path, ClickHouse for everything else and all reads.
+    Distributed,
 }
 
-/// `HEDDLE_TEST_STORE`: `sqlite` (default) or `clickhouse`.
+/// `HEDDLE_TEST_STORE`: `sqlite` (default), `clickhouse` or `distributed` (alias `kafka`).
 pub fn store_mode() -> StoreMode {
     match std::env::var("HEDDLE_TEST_STORE").as_deref() {
         Err(_) | Ok("") | Ok("sqlite") => StoreMode::Sqlite,
         Ok("clickhouse") => StoreMode::ClickHouse,
-        Ok(other) => panic!("HEDDLE_TEST_STORE={other:?}: expected \"sqlite\" or \"clickhouse\""),
+        Ok("distributed") | Ok("kafka") => StoreMode::Distributed,
+        Ok(other) => panic!(
+            "HEDDLE_TEST_STORE={other:?}: expected \"sqlite\", \"clickhouse\" or \"distributed\""
+        ),
     }
 }
+
+/// The consumer group of the test servers (passed explicitly; the visibility barrier reads its
+/// offsets).
+const CONSUMER_GROUP: &str = "heddle-consumer";
+/// The consumer's batch time limit in the tests (default 250 ms): shorter, so the visibility
+/// barrier after each write waits less. Row and byte limits stay at their defaults.
+const TEST_BATCH_WAIT_MS: &str = "20";
 
 pub struct Server {
     pub url: String,
     pub admin_key: String,
     pub dir: tempfile::TempDir,
     child: Child,
+    mode: StoreMode,
     /// The store flags every `heddle` command of this server gets.
     store_args: Vec<String>,
-    /// The server's ClickHouse (ClickHouse mode), dropped after the server.
+    /// The flags only `heddle serve` gets (Kafka, and the test's extra arguments).
+    serve_args: Vec<String>,
+    /// The server's ClickHouse (ClickHouse and distributed modes), dropped after the server.
     clickhouse: Option<clickhouse::ClickHouse>,
+    /// The server's Kafka broker (distributed mode), dropped after the server.
+    kafka: Option<kafka::Kafka>,
+    /// Distributed mode: how clients of the running process wait for their writes to be stored.
+    visibility: Option<Arc<visibility::Visibility>>,
 }
 
 impl Drop for Server {
@@ -69,10 +97,12 @@ impl Server {
     pub fn start_with(extra: &[&str]) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let admin_key = format!("test-admin-{}", uuid::Uuid::new_v4());
+        let mode = store_mode();
         let mut store_args = vec!["--data-dir".to_owned(), path_arg(&dir.path().join("data"))];
-        let clickhouse = match store_mode() {
+        let mut serve_args = Vec::new();
+        let clickhouse = match mode {
             StoreMode::Sqlite => None,
-            StoreMode::ClickHouse => {
+            StoreMode::ClickHouse | StoreMode::Distributed => {
                 let ch = clickhouse::ClickHouse::start();
                 store_args.extend(["--clickhouse".to_owned(), ch.url.clone()]);
                 if let Some(db) = &ch.database {
@@ -81,22 +111,78 @@ impl Server {
                 Some(ch)
             }
         };
-        let (child, url) = spawn(dir.path(), &admin_key, &store_args, extra);
-        Server { url, admin_key, dir, child, store_args, clickhouse }
+        let kafka = (mode == StoreMode::Distributed).then(|| {
+            let k = kafka::Kafka::start();
+            serve_args.extend(
+                [
+                    "--kafka",
+                    &k.brokers,
+                    "--consumer-group",
+                    CONSUMER_GROUP,
+                    "--batch-wait-ms",
+                    TEST_BATCH_WAIT_MS,
+                ]
+                .map(str::to_owned),
+            );
+            k
+        });
+        serve_args.extend(extra.iter().map(|a| (*a).to_owned()));
+        let (child, url) = spawn(dir.path(), &admin_key, &store_args, &serve_args);
+        let mut server = Server {
+            url,
+            admin_key,
+            dir,
+            child,
+            mode,
+            store_args,
+            serve_args,
+            clickhouse,
+            kafka,
+            visibility: None,
+        };
+        server.visibility = server.new_visibility(false);
+        server
     }
 
     pub fn store_mode(&self) -> StoreMode {
-        if self.clickhouse.is_some() { StoreMode::ClickHouse } else { StoreMode::Sqlite }
+        self.mode
+    }
+
+    /// The barrier for the current process (distributed mode only).
+    fn new_visibility(&self, restarted: bool) -> Option<Arc<visibility::Visibility>> {
+        let kafka = self.kafka.as_ref()?;
+        Some(Arc::new(visibility::Visibility::new(
+            &self.url,
+            &self.admin_key,
+            &kafka.brokers,
+            CONSUMER_GROUP,
+            restarted,
+        )))
     }
 
     /// Kills the process with SIGKILL (no shutdown of any kind) and starts a new one on the same
-    /// data directory with the same key.
+    /// data directory with the same key and flags. In distributed mode this returns once the new
+    /// process's consumer has stored every record in Kafka (including those the killed one had
+    /// not committed), so what was acknowledged before the kill is readable.
     pub fn kill_and_restart(&mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reaping the killed server");
-        let (child, url) = spawn(self.dir.path(), &self.admin_key, &self.store_args, &[]);
+        let (child, url) =
+            spawn(self.dir.path(), &self.admin_key, &self.store_args, &self.serve_args);
         self.child = child;
         self.url = url;
+        self.visibility = self.new_visibility(true);
+        if let Some(v) = &self.visibility {
+            v.wait_caught_up_blocking();
+        }
+    }
+
+    /// Waits until every write acknowledged so far is stored (a no-op outside distributed
+    /// mode). Clients of this server do it after each acknowledged ingest request by themselves.
+    pub async fn wait_visible(&self) {
+        if let Some(v) = &self.visibility {
+            v.wait().await;
+        }
     }
 
     pub fn data_dir(&self) -> std::path::PathBuf {
@@ -119,14 +205,9 @@ impl Server {
 
     /// A client authenticated with `key` (Basic), or without credentials.
     pub fn client(&self, key: Option<&str>) -> Api {
-        Api {
-            url: self.url.clone(),
-            auth: key.map(basic),
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(30))
-                .build()
-                .expect("http client"),
-        }
+        let mut api = Api::new(&self.url, key.map(basic));
+        api.visibility = self.visibility.clone();
+        api
     }
 
     /// A client that sends this exact `Authorization` header value.
@@ -163,7 +244,7 @@ fn path_arg(p: &Path) -> String {
 
 /// Starts `heddle serve` on the store named by `store_args`, logging to `dir/server.log`;
 /// returns the process and its URL, read from the address it prints.
-fn spawn(dir: &Path, admin_key: &str, store_args: &[String], extra: &[&str]) -> (Child, String) {
+fn spawn(dir: &Path, admin_key: &str, store_args: &[String], extra: &[String]) -> (Child, String) {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -180,6 +261,8 @@ fn spawn(dir: &Path, admin_key: &str, store_args: &[String], extra: &[&str]) -> 
         .env_remove("HEDDLE_LISTEN")
         .env_remove("HEDDLE_CLICKHOUSE_URL")
         .env_remove("HEDDLE_CLICKHOUSE_DATABASE")
+        .env_remove("HEDDLE_KAFKA_BROKERS")
+        .env_remove("HEDDLE_BATCH_WAIT_MS")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::from(log))
@@ -215,6 +298,9 @@ pub struct Api {
     pub url: String,
     pub auth: Option<String>,
     pub http: reqwest::Client,
+    /// Distributed mode: after an ingest request is acknowledged, `send` waits here until the
+    /// write is stored, so the next read sees it.
+    pub visibility: Option<Arc<visibility::Visibility>>,
 }
 
 /// A fully read response.
@@ -297,7 +383,8 @@ pub fn parse_jsonl(body: &[u8]) -> Vec<Value> {
 }
 
 impl Api {
-    /// A client of `url` sending `auth` as the `Authorization` header.
+    /// A client of `url` sending `auth` as the `Authorization` header, with no visibility
+    /// barrier.
     pub fn new(url: &str, auth: Option<String>) -> Api {
         Api {
             url: url.to_owned(),
@@ -306,6 +393,7 @@ impl Api {
                 .timeout(Duration::from_secs(30))
                 .build()
                 .expect("http client"),
+            visibility: None,
         }
     }
 
@@ -322,13 +410,38 @@ impl Api {
         r
     }
 
+    /// Sends a request and reads the answer; panics when that fails. An acknowledged ingest
+    /// request returns only once its write is visible (distributed mode).
     pub async fn send(&self, req: reqwest::RequestBuilder) -> Resp {
-        self.try_send(req).await.unwrap_or_else(|e| panic!("request failed: {e:?}"))
+        let (http, req) = req.build_split();
+        let req = req.unwrap_or_else(|e| panic!("building the request: {e:?}"));
+        let ingest = visibility::is_ingest_path(req.url().path());
+        let resp =
+            self.execute(&http, req).await.unwrap_or_else(|e| panic!("request failed: {e:?}"));
+        if ingest
+            && resp.status == 200
+            && let Some(v) = &self.visibility
+        {
+            v.wait().await;
+        }
+        resp
     }
 
-    /// Like `send`, but an error when the request or its answer was cut off (server killed).
+    /// Like `send`, but an error when the request or its answer was cut off (server killed),
+    /// and without the visibility barrier: it is for requests racing a kill, whose server may
+    /// be gone before the write is stored ([`Server::kill_and_restart`] waits for the new
+    /// process to store everything acknowledged).
     pub async fn try_send(&self, req: reqwest::RequestBuilder) -> Result<Resp, reqwest::Error> {
-        let resp = req.send().await?;
+        let (http, req) = req.build_split();
+        self.execute(&http, req?).await
+    }
+
+    async fn execute(
+        &self,
+        http: &reqwest::Client,
+        req: reqwest::Request,
+    ) -> Result<Resp, reqwest::Error> {
+        let resp = http.execute(req).await?;
         let status = resp.status().as_u16();
         let content_type = resp
             .headers()

@@ -3,9 +3,12 @@ weave 0.54.0 SDK at it (see heddle_support.py for the environment).
 
   HEDDLE_BIN       path of the heddle binary (default: <repo>/target/debug/heddle)
   HEDDLE_KEEP_TMP  keep the temp dir (server log, data dir) after the run
-  HEDDLE_TEST_STORE  `sqlite` (default) or `clickhouse`: each server then runs on its own
+  HEDDLE_TEST_STORE  `sqlite` (default), `clickhouse`: each server then runs on its own
                    ClickHouse (chdb behind tests/support/clickhouse_http.py, started with
-                   $HEDDLE_TEST_PYTHON or this Python; or $CLICKHOUSE_URL with a fresh database)
+                   $HEDDLE_TEST_PYTHON or this Python; or $CLICKHOUSE_URL with a fresh database),
+                   or `distributed` (alias `kafka`): a ClickHouse and a tansu broker
+                   ($HEDDLE_TANSU) of its own, `heddle serve --kafka --clickhouse`; flush() and
+                   raw ingest posts then wait until the consumer has stored what was acked
 
 Run:  bash tests/run.sh   (creates the venv with the pinned SDK, then runs pytest here)
 """

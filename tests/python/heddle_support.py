@@ -131,6 +131,9 @@ def flush(client: Any, timeout: float = 60.0) -> None:
         pytest.fail(f"client.flush() did not finish within {timeout}s (server rejecting sends?)")
     if err:
         raise err[0]
+    # Distributed mode: what the SDK sent is acknowledged (in Kafka), now wait until it is stored.
+    for srv in list(_RUNNING):
+        srv.wait_visible()
 
 
 def fast_batching(client: Any, interval: float = 0.05) -> None:
@@ -165,12 +168,117 @@ def heddle_bin() -> Path:
 
 
 # ---------------------------------------------------------------------------------------------
-# The store under the server: HEDDLE_TEST_STORE=sqlite (default) or clickhouse.
+# The store under the server: HEDDLE_TEST_STORE=sqlite (default), clickhouse, or distributed
+# (alias kafka: `heddle serve --kafka --clickhouse`, calls written through a tansu broker and
+# stored by the in-process consumer).
 def store_mode() -> str:
     mode = os.environ.get("HEDDLE_TEST_STORE") or "sqlite"
-    if mode not in ("sqlite", "clickhouse"):
-        raise RuntimeError(f"HEDDLE_TEST_STORE={mode!r}: expected 'sqlite' or 'clickhouse'")
+    if mode == "kafka":
+        mode = "distributed"
+    if mode not in ("sqlite", "clickhouse", "distributed"):
+        raise RuntimeError(
+            f"HEDDLE_TEST_STORE={mode!r}: expected 'sqlite', 'clickhouse' or 'distributed'"
+        )
     return mode
+
+
+# The ingest endpoints: a 200 from one of them means "in Kafka" in distributed mode, not yet
+# "stored" (see HeddleServer.wait_visible).
+_INGEST_PATHS = ("/call/start", "/call/end", "/call/upsert_batch")
+
+
+def is_ingest_path(path: str) -> bool:
+    path = path.split("?", 1)[0]
+    if path in _INGEST_PATHS:
+        return True
+    seg = path.strip("/").split("/")
+    return len(seg) == 5 and seg[0] == "v2" and (
+        seg[3:] == ["calls", "complete"] or (seg[3] == "call" and seg[4] in ("start", "end"))
+    )
+
+
+# Servers started and not yet stopped: flush() waits for each of them to store what it acked.
+_RUNNING: list[HeddleServer] = []
+
+# The consumer group of the test servers and their batch time limit (default 250 ms; shorter so
+# the visibility barrier after each write waits less).
+CONSUMER_GROUP = "heddle-consumer"
+TEST_BATCH_WAIT_MS = "20"
+VISIBILITY_TIMEOUT = 30.0
+
+
+class Kafka:
+    """A real Kafka-protocol broker for one server: tansu ($HEDDLE_TANSU, installed by
+    tests/run.sh) on a free loopback port with SQLite storage, with the call topic and its
+    dead-letter topic (as tests/common/kafka.rs)."""
+
+    TOPICS = (("heddle.calls", 3), ("heddle.calls.dlq", 1))
+
+    def __init__(self, data_dir: Path, log_path: Path) -> None:
+        self.data_dir = data_dir
+        self.log_path = log_path
+        self.port = 0
+        self.brokers = ""
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @staticmethod
+    def tansu() -> str:
+        path = os.environ.get("HEDDLE_TANSU")
+        if not path:
+            raise RuntimeError(
+                "HEDDLE_TANSU is not set: run the suite with `bash tests/run.sh`, which installs tansu"
+            )
+        return path
+
+    def start(self, timeout: float = 30.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = _free_port()
+        self.brokers = f"127.0.0.1:{self.port}"
+        url = f"tcp://127.0.0.1:{self.port}"
+        self._log = open(self.log_path, "wb")
+        self.proc = subprocess.Popen(
+            [self.tansu(), "broker", "--listener-url", url, "--advertised-listener-url", url,
+             # tansu resolves the SQLite path against its working directory.
+             "--storage-engine", "sqlite://tansu.db"],
+            cwd=self.data_dir,
+            stdin=subprocess.DEVNULL,
+            stdout=self._log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                socket.create_connection(("127.0.0.1", self.port), timeout=1).close()
+                break
+            except OSError:
+                if self.proc.poll() is not None or time.monotonic() > deadline:
+                    self.stop()
+                    log = self.log_path.read_text(errors="replace")
+                    raise RuntimeError(f"tansu did not listen within {timeout}s:\n{log}")
+                time.sleep(0.05)
+        for topic, partitions in self.TOPICS:
+            out = subprocess.run(
+                [self.tansu(), "topic", "create", "--broker", url, topic,
+                 "--partitions", str(partitions)],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )  # fmt: skip
+            if out.returncode != 0:
+                self.stop()
+                raise RuntimeError(f"tansu topic create {topic}: {out.stdout}\n{out.stderr}")
+
+    def serve_args(self) -> list[str]:
+        return ["--kafka", self.brokers, "--consumer-group", CONSUMER_GROUP,
+                "--batch-wait-ms", TEST_BATCH_WAIT_MS]  # fmt: skip
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(10)
+        if getattr(self, "_log", None):
+            self._log.close()
 
 
 class ClickHouse:
@@ -245,11 +353,18 @@ class HeddleServer:
         self.extra_args = extra_args or []
         self.data_dir = data_dir
         self.log_path = log_path
-        # HEDDLE_TEST_STORE=clickhouse: a ClickHouse of its own, started with the server.
+        # HEDDLE_TEST_STORE=clickhouse: a ClickHouse of its own, started with the server;
+        # distributed: a tansu broker of its own as well.
         self.clickhouse: ClickHouse | None = None
-        if store_mode() == "clickhouse":
+        self.kafka: Kafka | None = None
+        if store_mode() in ("clickhouse", "distributed"):
             chdb_dir = data_dir.parent / (data_dir.name + "-chdb")
             self.clickhouse = ClickHouse(chdb_dir, log_path.with_name(log_path.name + ".chdb"))
+        if store_mode() == "distributed":
+            self.kafka = Kafka(
+                data_dir.parent / (data_dir.name + "-tansu"),
+                log_path.with_name(log_path.name + ".tansu"),
+            )
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.api_key = "admin-" + uuid.uuid4().hex
@@ -267,6 +382,8 @@ class HeddleServer:
     def start(self, timeout: float = 60.0) -> None:
         if self.clickhouse is not None and not self.clickhouse.url:
             self.clickhouse.start()
+        if self.kafka is not None and not self.kafka.brokers:
+            self.kafka.start()
         self._log = open(self.log_path, "wb")
         self.proc = subprocess.Popen(
             [
@@ -275,6 +392,7 @@ class HeddleServer:
                 "--listen",
                 f"127.0.0.1:{self.port}",
                 *self.store_args(),
+                *(self.kafka.serve_args() if self.kafka is not None else []),
                 "--api-key",
                 self.api_key,
                 *self.extra_args,
@@ -294,6 +412,7 @@ class HeddleServer:
             try:
                 r = requests.get(self.url + "/health", timeout=1)
                 if r.status_code == 200 and r.json() == {"status": "ok"}:
+                    _RUNNING.append(self)
                     return
                 last = describe_response(r)
             except requests.RequestException as e:
@@ -303,6 +422,8 @@ class HeddleServer:
         raise RuntimeError(f"heddle serve not healthy after {timeout}s: {last}\n{self.log_tail()}")
 
     def stop(self) -> None:
+        if self in _RUNNING:
+            _RUNNING.remove(self)
         if self.proc is not None and self.proc.poll() is None:
             self.proc.send_signal(signal.SIGTERM)
             try:
@@ -314,6 +435,46 @@ class HeddleServer:
             self._log.close()
         if self.clickhouse is not None:
             self.clickhouse.stop()
+        if self.kafka is not None:
+            self.kafka.stop()
+
+    # -- visibility barrier (distributed mode) ----------------------------------------------
+    def pipeline_counters(self) -> dict[str, float]:
+        """The pipeline counters from the server's /metrics (Prometheus text; a counter's label
+        value appears only once used, so absent means 0)."""
+        r = self.session.get(self.url + "/metrics", headers=self.headers(), timeout=10)
+        assert r.status_code == 200, "GET /metrics failed" + describe_response(r)
+        samples = {
+            'heddle_produced_records_total{outcome="acked"}': "produced",
+            'heddle_consumed_records_total{outcome="stored"}': "stored",
+            'heddle_consumed_records_total{outcome="dead_lettered"}': "dead_lettered",
+        }
+        out = dict.fromkeys(samples.values(), 0.0)
+        for line in r.text.splitlines():
+            if line.startswith("#") or " " not in line:
+                continue
+            name, value = line.rsplit(" ", 1)
+            if name in samples:
+                out[samples[name]] = float(value)
+        return out
+
+    def wait_visible(self, timeout: float = VISIBILITY_TIMEOUT) -> None:
+        """Distributed mode: wait until every record this server acknowledged to a writer is
+        stored — its consumer has handled (stored or dead-lettered, counted after the store's
+        acknowledgement and the offset commit) at least as many records as its producer had
+        acknowledged. Producer and consumer are one process; a no-op in the other modes."""
+        if self.kafka is None:
+            return
+        deadline = time.monotonic() + timeout
+        while True:
+            c = self.pipeline_counters()
+            if c["stored"] + c["dead_lettered"] >= c["produced"]:
+                return
+            if time.monotonic() > deadline:
+                pytest.fail(
+                    f"acknowledged writes not stored within {timeout}s: {c}\n{self.log_tail()}"
+                )
+            time.sleep(0.005)
 
     def log_tail(self, n: int = 60) -> str:
         try:
@@ -341,7 +502,10 @@ class HeddleServer:
     ) -> requests.Response:
         h = self.headers(key, bearer) if auth else {}
         h.update(headers or {})
-        return self.session.post(self.url + path, json=json_body, headers=h, timeout=30, **kw)
+        r = self.session.post(self.url + path, json=json_body, headers=h, timeout=30, **kw)
+        if r.status_code == 200 and is_ingest_path(path):
+            self.wait_visible()
+        return r
 
     def get(self, path: str, *, key: str | None = None, auth: bool = True) -> requests.Response:
         h = self.headers(key) if auth else {}
