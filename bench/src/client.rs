@@ -8,6 +8,7 @@ use futures::StreamExt;
 use reqwest::header::{ACCEPT, CONTENT_TYPE};
 use serde_json::{Value, json};
 
+#[derive(Clone)]
 pub(crate) struct Api {
     pub(crate) client: reqwest::Client,
     pub(crate) base: String,
@@ -54,6 +55,35 @@ impl Api {
             .as_u64()
             .or_else(|| count.to_string().parse().ok())
             .with_context(|| format!("calls/query_stats answered without a count: {v}"))
+    }
+
+    /// The ids among `ids` that `calls/stream_query` returns now (filter by call ids, id column).
+    pub(crate) async fn present(&self, project: &str, ids: &[&str]) -> anyhow::Result<Vec<String>> {
+        let body = json!({"project_id": project, "filter": {"call_ids": ids}, "columns": ["id"],
+                          "limit": null});
+        let text = self.post("/calls/stream_query", &body).await?.text().await?;
+        let mut found = Vec::new();
+        for line in text.lines().filter(|l| !l.trim().is_empty()) {
+            let row: Value = serde_json::from_str(line)
+                .with_context(|| format!("calls/stream_query line {}", clip(line)))?;
+            match row["id"].as_str() {
+                Some(id) => found.push(id.to_owned()),
+                None => bail!("calls/stream_query row without an id: {}", clip(line)),
+            }
+        }
+        Ok(found)
+    }
+
+    /// The Prometheus text of `GET /metrics`.
+    pub(crate) async fn metrics(&self) -> anyhow::Result<String> {
+        let resp = self.client.get(format!("{}/metrics", self.base)).bearer_auth(&self.key);
+        let resp = resp.send().await.context("GET /metrics")?;
+        let status = resp.status();
+        let text = resp.text().await.unwrap_or_default();
+        if !status.is_success() {
+            bail!("GET /metrics answered HTTP {status}: {}", clip(&text));
+        }
+        Ok(text)
     }
 
     pub(crate) async fn stream_all(&self, project: &str) -> anyhow::Result<StreamRead> {
@@ -107,7 +137,12 @@ pub(crate) struct Job {
     /// POST body; `None` sends a GET without auth.
     pub(crate) body: Option<Vec<u8>>,
     pub(crate) calls: usize,
+    /// One call id of the body, whose visibility lag is measured in distributed mode.
+    pub(crate) probe: Option<String>,
 }
+
+/// Where `send_all` reports each acknowledged request's probe id and the moment of its answer.
+pub(crate) type AckSink = tokio::sync::mpsc::UnboundedSender<(String, Instant)>;
 
 #[derive(Default)]
 pub(crate) struct Outcome {
@@ -120,6 +155,15 @@ pub(crate) struct Outcome {
 }
 
 impl Outcome {
+    /// Adds another run's requests to this one (wall time and sorting are left to the caller).
+    pub(crate) fn absorb(&mut self, out: Outcome) {
+        self.latencies.extend(out.latencies);
+        self.ok_requests += out.ok_requests;
+        self.ok_calls += out.ok_calls;
+        self.bytes_sent += out.bytes_sent;
+        self.failures.extend(out.failures);
+    }
+
     pub(crate) fn check(&self, phase: &str, problems: &mut Vec<String>) {
         if self.failures.is_empty() {
             return;
@@ -140,13 +184,15 @@ impl Outcome {
     }
 }
 
-/// Sends every job to `url` from `concurrency` tasks pulling from one queue; no retries.
+/// Sends every job to `url` from `concurrency` tasks pulling from one queue; no retries. With
+/// `acks`, the probe id of every acknowledged job is sent there with the time its answer arrived.
 pub(crate) async fn send_all(
     client: &reqwest::Client,
     url: &str,
     key: Option<&str>,
     jobs: Vec<Job>,
     concurrency: usize,
+    acks: Option<&AckSink>,
 ) -> Outcome {
     let queue = Arc::new(Mutex::new(jobs.into_iter()));
     let start = Instant::now();
@@ -156,6 +202,7 @@ pub(crate) async fn send_all(
             let client = client.clone();
             let url = url.to_owned();
             let key = key.map(str::to_owned);
+            let acks = acks.cloned();
             tokio::spawn(async move {
                 let mut out = Outcome::default();
                 loop {
@@ -187,6 +234,9 @@ pub(crate) async fn send_all(
                     let elapsed = t.elapsed();
                     match res {
                         Ok((status, _)) if status.is_success() => {
+                            if let (Some(acks), Some(probe)) = (&acks, job.probe) {
+                                let _ = acks.send((probe, t + elapsed));
+                            }
                             out.latencies.push(elapsed);
                             out.ok_requests += 1;
                             out.ok_calls += job.calls;
@@ -205,13 +255,7 @@ pub(crate) async fn send_all(
     let mut total = Outcome::default();
     for task in tasks {
         match task.await {
-            Ok(out) => {
-                total.latencies.extend(out.latencies);
-                total.ok_requests += out.ok_requests;
-                total.ok_calls += out.ok_calls;
-                total.bytes_sent += out.bytes_sent;
-                total.failures.extend(out.failures);
-            }
+            Ok(out) => total.absorb(out),
             Err(e) => total.failures.push(format!("sender task died: {e}")),
         }
     }

@@ -102,6 +102,16 @@ impl CpuMeter {
     }
 }
 
+/// utime + stime of a whole process (all its threads), in seconds.
+pub(crate) fn process_cpu(pid: u32) -> Option<f64> {
+    cpu_secs(&format!("/proc/{pid}/stat")).map(|(_, s)| s)
+}
+
+/// The 1-minute load average, a hint of what else ran on the machine.
+pub(crate) fn loadavg() -> Option<f64> {
+    std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
+}
+
 /// CPU seconds per thread of `pid`, keyed by "<tid> <name>".
 fn thread_cpu(pid: u32) -> HashMap<String, f64> {
     let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else { return HashMap::new() };

@@ -14,14 +14,21 @@
 //!    project, one sample row's content); `POST /calls/query_stats` must report the same count.
 //! 4. Baseline: `--baseline-calls` calls sent one per request into a second project, same senders.
 //!
+//! With `--distributed` the bench instead starts tansu, ClickHouse (chdb behind the test adapter,
+//! or a real server with --clickhouse-url) and `heddle serve --kafka --clickhouse`, and measures
+//! acknowledged and visible calls/s, visibility lag and exactness (see `distributed.rs`); with
+//! --sweep-records / --sweep-wait-ms it compares consumer batch limits.
+//!
 //! Prints a markdown table on stdout (progress goes to stderr). Any non-2xx answer, transport
 //! error or count mismatch is reported verbatim and makes the command exit non-zero; nothing is
 //! retried.
 
 mod client;
+mod distributed;
 mod machine;
 mod report;
 mod server;
+mod stack;
 mod verify;
 mod workload;
 
@@ -81,12 +88,73 @@ struct Args {
     /// Keep the spawned server's temporary directory (data and server.log) instead of deleting it.
     #[arg(long)]
     keep_data: bool,
+
+    /// Distributed mode: start tansu, ClickHouse and `heddle serve --kafka --clickhouse`, and
+    /// measure acknowledged and visible calls/s, visibility lag and exactness.
+    #[arg(long, help_heading = "Distributed mode")]
+    distributed: bool,
+    /// The tansu binary [default: ~/.cache/heddle-test/tansu-0.6.0/bin/tansu, where
+    /// `tests/run.sh` installs it].
+    #[arg(long, env = "HEDDLE_TANSU", help_heading = "Distributed mode")]
+    tansu: Option<PathBuf>,
+    /// A Python with chdb, for the ClickHouse adapter.
+    #[arg(
+        long,
+        env = "HEDDLE_TEST_PYTHON",
+        default_value = "/tmp/heddle-venv/bin/python",
+        help_heading = "Distributed mode"
+    )]
+    python: PathBuf,
+    /// The ClickHouse HTTP adapter script (chdb behind ClickHouse's HTTP interface).
+    #[arg(
+        long,
+        default_value = "tests/support/clickhouse_http.py",
+        help_heading = "Distributed mode"
+    )]
+    clickhouse_adapter: PathBuf,
+    /// Use this real ClickHouse (HTTP URL) instead of the adapter; heddle gets a fresh database
+    /// on it, dropped at the end. Credentials from HEDDLE_CLICKHOUSE_USER / _PASSWORD.
+    #[arg(long, help_heading = "Distributed mode")]
+    clickhouse_url: Option<String>,
+    /// With --clickhouse-url: use this database as it is (not dropped at the end) instead of a
+    /// fresh one.
+    #[arg(long, requires = "clickhouse_url", help_heading = "Distributed mode")]
+    clickhouse_database: Option<String>,
+    /// Passed to `heddle serve --batch-records` (the server's default when absent).
+    #[arg(long, help_heading = "Distributed mode")]
+    batch_records: Option<u64>,
+    /// Passed to `heddle serve --batch-wait-ms` (the server's default when absent).
+    #[arg(long, help_heading = "Distributed mode")]
+    batch_wait_ms: Option<u64>,
+    /// Sweep: one fresh deployment per --batch-records value (comma-separated), crossed with
+    /// --sweep-wait-ms; runs the batched and paced phases and prints one row per setting.
+    #[arg(long, value_delimiter = ',', help_heading = "Distributed mode")]
+    sweep_records: Vec<u64>,
+    /// Sweep: --batch-wait-ms values (comma-separated).
+    #[arg(long, value_delimiter = ',', help_heading = "Distributed mode")]
+    sweep_wait_ms: Vec<u64>,
+    /// Requests of one trace sent one at a time in the paced (low-load) phase (0 skips it).
+    #[arg(long, default_value_t = 40, help_heading = "Distributed mode")]
+    paced_requests: usize,
+    /// Gap between the starts of two paced requests.
+    #[arg(long, default_value_t = 100, help_heading = "Distributed mode")]
+    paced_interval_ms: u64,
+    /// How often the visibility pollers ask (`calls/query_stats` and `calls/stream_query`).
+    #[arg(long, default_value_t = 50, help_heading = "Distributed mode")]
+    poll_ms: u64,
+    /// Probe calls (one per request, evenly spread) whose visibility lag is measured per phase.
+    #[arg(long, default_value_t = 200, help_heading = "Distributed mode")]
+    lag_samples: usize,
+    /// Give up waiting for acknowledged calls to become visible after this long per phase.
+    #[arg(long, default_value_t = 300, help_heading = "Distributed mode")]
+    visible_timeout_s: u64,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let problems = run(args).await?;
+    let problems =
+        if args.distributed { distributed::run(&args).await? } else { run(args).await? };
     if !problems.is_empty() {
         eprintln!("\nFAILED: the server misbehaved or the run is incomplete:");
         for p in &problems {
@@ -148,10 +216,12 @@ async fn run(args: Args) -> anyhow::Result<Vec<String>> {
     // 1. HTTP overhead ceiling.
     if args.health_requests > 0 {
         eprintln!("GET /health x {} ...", args.health_requests);
-        let jobs = (0..args.health_requests).map(|_| Job { body: None, calls: 0 }).collect();
+        let jobs =
+            (0..args.health_requests).map(|_| Job { body: None, calls: 0, probe: None }).collect();
         let cpu = CpuMeter::start(server_pid);
         let out =
-            send_all(&client, &format!("{base_url}/health"), None, jobs, args.concurrency).await;
+            send_all(&client, &format!("{base_url}/health"), None, jobs, args.concurrency, None)
+                .await;
         let cpu = cpu.stop();
         out.check("GET /health", &mut problems);
         rows.push(Row::from_outcome(
@@ -179,7 +249,8 @@ async fn run(args: Args) -> anyhow::Result<Vec<String>> {
     let sample = written.sample;
     eprintln!("writing with {} senders ...", args.concurrency);
     let cpu = CpuMeter::start(server_pid);
-    let out = send_all(&client, &complete_url, Some(&key), written.jobs, args.concurrency).await;
+    let out =
+        send_all(&client, &complete_url, Some(&key), written.jobs, args.concurrency, None).await;
     let cpu = cpu.stop();
     out.check("batched calls/complete", &mut problems);
     rows.push(Row::from_outcome(
@@ -241,7 +312,7 @@ async fn run(args: Args) -> anyhow::Result<Vec<String>> {
         let base = generate(&baseline_project, args.baseline_calls, 1, args.children, 2);
         eprintln!("writing {} calls one per request ...", args.baseline_calls);
         let cpu = CpuMeter::start(server_pid);
-        let out = send_all(&client, &url, Some(&key), base.jobs, args.concurrency).await;
+        let out = send_all(&client, &url, Some(&key), base.jobs, args.concurrency, None).await;
         let cpu = cpu.stop();
         out.check("batch-1 calls/complete", &mut problems);
         rows.push(Row::from_outcome(
@@ -304,11 +375,11 @@ async fn run(args: Args) -> anyhow::Result<Vec<String>> {
     Ok(problems)
 }
 
-fn senders(n: usize) -> String {
+pub(crate) fn senders(n: usize) -> String {
     if n == 1 { "1 sender".into() } else { format!("{n} senders") }
 }
 
-fn split_project(p: &str) -> anyhow::Result<(&str, &str)> {
+pub(crate) fn split_project(p: &str) -> anyhow::Result<(&str, &str)> {
     match p.split_once('/') {
         Some((e, n)) if !e.is_empty() && !n.is_empty() && !n.contains('/') => Ok((e, n)),
         _ => bail!("project must be \"entity/project\" (exactly one '/'), got {p:?}"),
@@ -316,7 +387,7 @@ fn split_project(p: &str) -> anyhow::Result<(&str, &str)> {
 }
 
 /// Percent-encodes one path segment (everything but RFC 3986 unreserved characters).
-fn pct(s: &str) -> String {
+pub(crate) fn pct(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for b in s.bytes() {
         if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {

@@ -37,7 +37,7 @@ impl Row {
 }
 
 /// Nearest-rank percentile of sorted samples.
-fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
+pub(crate) fn percentile(sorted: &[Duration], p: f64) -> Option<Duration> {
     if sorted.is_empty() {
         return None;
     }
