@@ -73,11 +73,6 @@ impl Pipeline {
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
             .set("enable.partition.eof", "false")
-            // A crashed consumer's partitions move to its replacement only once the broker
-            // expires its session: 10 s instead of librdkafka's 45 s bounds the visibility gap
-            // after a crash (heartbeats every 2 s keep a live consumer well inside it).
-            .set("session.timeout.ms", "10000")
-            .set("heartbeat.interval.ms", "2000")
             .create()?;
         consumer.subscribe(&[&cfg.topic])?;
         let dlq = producer_config(&cfg).create()?;
