@@ -101,7 +101,7 @@ struct Args {
     #[arg(
         long,
         env = "HEDDLE_TEST_PYTHON",
-        default_value = "/tmp/heddle-venv/bin/python",
+        default_value = "python3",
         help_heading = "Distributed mode"
     )]
     python: PathBuf,
