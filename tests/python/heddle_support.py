@@ -161,6 +161,19 @@ def _free_port() -> int:
 
 # ---------------------------------------------------------------------------------------------
 # The server process
+def stop_process(proc: subprocess.Popen[bytes] | None, log: Any = None) -> None:
+    """SIGTERM, then SIGKILL after 10 s; closes the process's log file."""
+    if proc is not None and proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(5)
+    if log is not None:
+        log.close()
+
+
 def heddle_bin() -> Path:
     """The server binary: $HEDDLE_BIN, else the debug build in this checkout."""
     env = os.environ.get("HEDDLE_BIN")
@@ -334,15 +347,7 @@ class ClickHouse:
         return args
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if getattr(self, "_log", None):
-            self._log.close()
+        stop_process(self.proc, getattr(self, "_log", None))
 
 
 class HeddleServer:
@@ -424,15 +429,7 @@ class HeddleServer:
     def stop(self) -> None:
         if self in _RUNNING:
             _RUNNING.remove(self)
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-        if getattr(self, "_log", None):
-            self._log.close()
+        stop_process(self.proc, getattr(self, "_log", None))
         if self.clickhouse is not None:
             self.clickhouse.stop()
         if self.kafka is not None:
