@@ -116,6 +116,11 @@ struct KafkaArgs {
     /// Records are cut at about this many bytes (the broker's message.max.bytes must allow it).
     #[arg(long, env = "HEDDLE_KAFKA_MAX_RECORD_BYTES", default_value_t = 900_000)]
     kafka_max_record_bytes: usize,
+    /// A librdkafka property KEY=VALUE for every Kafka client (TLS/SASL, session.timeout.ms,
+    /// ...); repeatable, comma-separated in the environment.
+    #[arg(long = "kafka-option", env = "HEDDLE_KAFKA_OPTIONS", value_delimiter = ',',
+          value_parser = heddle_ingest::producer::KafkaConfig::parse_option)]
+    kafka_options: Vec<(String, String)>,
 }
 
 impl KafkaArgs {
@@ -127,6 +132,7 @@ impl KafkaArgs {
             dlq_topic: self.kafka_dlq_topic.clone(),
             delivery_timeout: Duration::from_millis(self.kafka_delivery_timeout_ms),
             max_record_bytes: self.kafka_max_record_bytes,
+            options: self.kafka_options.clone(),
         })
     }
 }

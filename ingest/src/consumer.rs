@@ -22,7 +22,7 @@ use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
-use rdkafka::{ClientConfig, Offset, TopicPartitionList};
+use rdkafka::{Offset, TopicPartitionList};
 
 use crate::metrics::Metrics;
 use crate::producer::{KafkaConfig, producer_config};
@@ -67,13 +67,12 @@ impl Pipeline {
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
     ) -> Result<Pipeline, ConsumeError> {
-        let consumer: StreamConsumer = ClientConfig::new()
-            .set("bootstrap.servers", &cfg.brokers)
-            .set("group.id", group)
+        let mut c = cfg.client();
+        c.set("group.id", group)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
-            .set("enable.partition.eof", "false")
-            .create()?;
+            .set("enable.partition.eof", "false");
+        let consumer: StreamConsumer = cfg.finish(c).create()?;
         consumer.subscribe(&[&cfg.topic])?;
         let dlq = producer_config(&cfg).create()?;
         Ok(Pipeline { consumer, dlq, store, metrics, cfg, limits })

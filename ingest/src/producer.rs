@@ -36,17 +36,51 @@ pub struct KafkaConfig {
     pub delivery_timeout: Duration,
     /// Records are cut at about this size (parts larger than it travel alone).
     pub max_record_bytes: usize,
+    /// Extra librdkafka properties for every client (TLS/SASL, session timeout, ...), applied
+    /// after heddle's own; see [`KafkaConfig::check_options`].
+    pub options: Vec<(String, String)>,
+}
+
+/// Properties heddle's promises rest on: acknowledged means replicated, offsets move only after
+/// the store acknowledged. A user option may not change them.
+const FIXED_PROPERTIES: &[&str] =
+    &["acks", "enable.idempotence", "enable.auto.commit", "enable.auto.offset.store"];
+
+impl KafkaConfig {
+    /// Parses one `key=value` librdkafka property, refusing those heddle fixes.
+    pub fn parse_option(kv: &str) -> Result<(String, String), String> {
+        let (k, v) = kv.split_once('=').ok_or_else(|| format!("{kv:?} is not KEY=VALUE"))?;
+        let k = k.trim();
+        if FIXED_PROPERTIES.contains(&k) {
+            return Err(format!("{k} is fixed by heddle (its durability promises depend on it)"));
+        }
+        Ok((k.to_owned(), v.trim().to_owned()))
+    }
+
+    /// A client config with the brokers and the user's options; callers add their own settings
+    /// first and call [`KafkaConfig::finish`] last.
+    pub(crate) fn client(&self) -> ClientConfig {
+        let mut c = ClientConfig::new();
+        c.set("bootstrap.servers", &self.brokers);
+        c
+    }
+
+    pub(crate) fn finish(&self, mut c: ClientConfig) -> ClientConfig {
+        for (k, v) in &self.options {
+            c.set(k, v);
+        }
+        c
+    }
 }
 
 pub(crate) fn producer_config(cfg: &KafkaConfig) -> ClientConfig {
-    let mut c = ClientConfig::new();
-    c.set("bootstrap.servers", &cfg.brokers)
-        .set("enable.idempotence", "true")
+    let mut c = cfg.client();
+    c.set("enable.idempotence", "true")
         .set("acks", "all")
         .set("message.timeout.ms", cfg.delivery_timeout.as_millis().to_string())
         .set("linger.ms", "2")
         .set("message.max.bytes", (cfg.max_record_bytes * 2 + 65_536).to_string());
-    c
+    cfg.finish(c)
 }
 
 pub struct KafkaSink {
@@ -207,5 +241,41 @@ impl CallSink for KafkaSink {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod options_tests {
+    use super::*;
+
+    fn cfg(options: &[&str]) -> Result<KafkaConfig, String> {
+        Ok(KafkaConfig {
+            brokers: "b:9092".into(),
+            topic: "t".into(),
+            dlq_topic: "d".into(),
+            delivery_timeout: Duration::from_secs(5),
+            max_record_bytes: 1000,
+            options: options
+                .iter()
+                .map(|o| KafkaConfig::parse_option(o))
+                .collect::<Result<_, _>>()?,
+        })
+    }
+
+    #[test]
+    fn user_options_apply_after_heddles_own() {
+        let c = producer_config(&cfg(&["linger.ms=20", " security.protocol = SASL_SSL"]).unwrap());
+        assert_eq!(c.get("linger.ms"), Some("20"));
+        assert_eq!(c.get("security.protocol"), Some("SASL_SSL"));
+        assert_eq!(c.get("acks"), Some("all"));
+    }
+
+    #[test]
+    fn durability_properties_and_malformed_options_are_refused() {
+        for bad in ["acks=1", "enable.idempotence=false", "enable.auto.commit=true"] {
+            let err = cfg(&[bad]).err().expect(bad);
+            assert!(err.contains("fixed by heddle"), "{bad}: {err}");
+        }
+        assert!(cfg(&["session.timeout.ms"]).err().unwrap().contains("not KEY=VALUE"));
     }
 }
