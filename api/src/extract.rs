@@ -7,11 +7,14 @@
 //! parser's message for malformed JSON or wrong types. Unknown keys are ignored and `null` reads
 //! as absent (the SDK sends both, CONTRACT §1.1).
 
+use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::{FromRequest, Request};
+use axum::http::HeaderMap;
+use axum::http::header::CONTENT_ENCODING;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
@@ -51,15 +54,73 @@ pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
     Ok(buf.freeze())
 }
 
-/// A JSON request body.
+/// How a body is compressed (`Content-Encoding`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    Identity,
+    Gzip,
+}
+
+impl Encoding {
+    pub fn from_headers(headers: &HeaderMap) -> Result<Encoding, ApiError> {
+        match headers.get(CONTENT_ENCODING).map(|v| v.to_str().unwrap_or("?").trim()) {
+            None | Some("" | "identity") => Ok(Encoding::Identity),
+            Some(e) if e.eq_ignore_ascii_case("gzip") => Ok(Encoding::Gzip),
+            Some(e) => Err(ApiError::bad_request(format!(
+                "unsupported Content-Encoding {e:?}: send gzip or an uncompressed body"
+            ))),
+        }
+    }
+
+    /// The decoded body, at most `limit` bytes after decompression: a gzip bomb is cut off at
+    /// the limit (413) instead of being inflated into memory. CPU-bound for large bodies, so
+    /// hot paths call it off the async reactor.
+    pub fn decode(self, body: Bytes, limit: usize) -> Result<Bytes, ApiError> {
+        match self {
+            Encoding::Identity => Ok(body),
+            Encoding::Gzip => {
+                let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit));
+                flate2::read::MultiGzDecoder::new(&body[..])
+                    .take(limit as u64 + 1)
+                    .read_to_end(&mut out)
+                    .map_err(|e| ApiError::bad_request(format!("invalid gzip body: {e}")))?;
+                if out.len() > limit {
+                    return Err(ApiError::TooLarge(format!(
+                        "decompressed request body is larger than the server's limit of {limit} \
+                         bytes"
+                    )));
+                }
+                Ok(out.into())
+            }
+        }
+    }
+}
+
+/// A request body within the size limit, with its encoding, not yet decompressed.
+pub struct EncodedBody {
+    pub bytes: Bytes,
+    pub encoding: Encoding,
+}
+
+impl FromRequest<Arc<AppState>> for EncodedBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let encoding = Encoding::from_headers(req.headers())?;
+        let bytes = read_body(req.into_body(), state.max_body_bytes).await?;
+        Ok(EncodedBody { bytes, encoding })
+    }
+}
+
+/// A JSON request body (gzip accepted).
 pub struct Json<T>(pub T);
 
 impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
-        let bytes = read_body(req.into_body(), state.max_body_bytes).await?;
-        parse(&bytes).map(Json)
+        let body = EncodedBody::from_request(req, state).await?;
+        parse(&body.encoding.decode(body.bytes, state.max_body_bytes)?).map(Json)
     }
 }
 

@@ -8,5 +8,5 @@ pub mod state;
 
 pub use auth::{Auth, Principal};
 pub use error::ApiError;
-pub use extract::{Json, RawBody};
+pub use extract::{EncodedBody, Encoding, Json, RawBody};
 pub use state::{AppState, CallSink, StoreSink};

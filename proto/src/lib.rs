@@ -7,6 +7,7 @@ pub mod digest;
 pub mod error;
 pub mod ids;
 pub mod objects;
+pub mod otlp;
 pub mod query;
 pub mod record;
 pub mod time;

@@ -1,0 +1,75 @@
+//! OTLP/JSON. The generated types' serde support reads the canonical encoding (lowerCamelCase
+//! names, hex ids, enums as integers). Exporters also send what the protobuf JSON mapping
+//! allows besides: original snake_case field names, enum names (`"SPAN_KIND_SERVER"`), and
+//! 64-bit integers as numbers or strings. A small pass over the parsed JSON brings those to the
+//! canonical form first.
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use serde_json::{Map, Value};
+
+use crate::ProtoError;
+
+/// Decodes an OTLP/JSON body.
+pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError> {
+    let bad = |e: serde_json::Error| ProtoError::invalid(format!("invalid OTLP/JSON body: {e}"));
+    let mut v: Value = serde_json::from_slice(body).map_err(bad)?;
+    if !v.is_object() {
+        return Err(ProtoError::invalid("invalid OTLP/JSON body: expected an object"));
+    }
+    canonicalise(&mut v, "");
+    serde_json::from_value(v).map_err(bad)
+}
+
+fn camel_case(key: &str) -> String {
+    let mut out = String::with_capacity(key.len());
+    let mut upper = false;
+    for c in key.chars() {
+        if c == '_' {
+            upper = true;
+        } else if upper {
+            out.extend(c.to_uppercase());
+            upper = false;
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+fn enum_value(field: &str, name: &str) -> Option<i32> {
+    match field {
+        "kind" => SpanKind::from_str_name(name).map(|k| k as i32),
+        "code" => StatusCode::from_str_name(name).map(|c| c as i32),
+        _ => None,
+    }
+}
+
+/// Rewrites `v` (found under `field`) in place into the canonical form.
+fn canonicalise(v: &mut Value, field: &str) {
+    match v {
+        Value::Object(map) => {
+            let fields = std::mem::take(map);
+            let mut out = Map::with_capacity(fields.len());
+            for (k, mut child) in fields {
+                let k = if k.contains('_') { camel_case(&k) } else { k };
+                canonicalise(&mut child, &k);
+                out.insert(k, child);
+            }
+            *map = out;
+        }
+        Value::Array(items) => items.iter_mut().for_each(|i| canonicalise(i, field)),
+        // 64-bit integers travel as strings: the generated deserialisers accept that form
+        // whatever the JSON number representation.
+        Value::Number(n) if field.ends_with("UnixNano") || field == "intValue" => {
+            *v = Value::String(n.to_string());
+        }
+        Value::String(s) => {
+            if let Some(i) = enum_value(field, s) {
+                *v = Value::from(i);
+            }
+        }
+        _ => {}
+    }
+}

@@ -1,0 +1,130 @@
+//! OTLP traces → calls (CONTRACT §10, `docs/otlp.md`): decoding OTLP/protobuf and OTLP/JSON,
+//! routing resource spans to projects, and mapping each span to one complete call. A span that
+//! cannot become a call is rejected on its own and counted for `partial_success`; the rest of
+//! the request goes on.
+
+pub mod conventions;
+mod json;
+pub mod op;
+mod span;
+pub mod values;
+
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use prost::Message;
+
+use crate::ProjectId;
+use crate::ProtoError;
+use crate::calls::CallPart;
+
+pub use json::decode_json;
+pub use span::Scope;
+
+/// Decodes an OTLP/protobuf body.
+pub fn decode_protobuf(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError> {
+    ExportTraceServiceRequest::decode(body)
+        .map_err(|e| ProtoError::invalid(format!("invalid OTLP protobuf body: {e}")))
+}
+
+/// What a request turned into.
+#[derive(Debug, Default)]
+pub struct Converted {
+    pub parts: Vec<CallPart>,
+    /// Every (project, span name) among the calls, for their placeholder ops.
+    pub ops: std::collections::BTreeSet<(ProjectId, String)>,
+    pub rejected: i64,
+    /// Why spans were rejected: the first few reasons.
+    pub errors: Vec<String>,
+}
+
+/// Reasons kept for the response's `error_message`.
+const MAX_REASONS: usize = 20;
+
+impl Converted {
+    pub fn response(&self) -> ExportTraceServiceResponse {
+        if self.rejected == 0 {
+            return ExportTraceServiceResponse { partial_success: None };
+        }
+        let mut message = self.errors.join("; ");
+        if self.rejected as usize > self.errors.len() {
+            message.push_str("; ...");
+        }
+        ExportTraceServiceResponse {
+            partial_success: Some(ExportTracePartialSuccess {
+                rejected_spans: self.rejected,
+                error_message: message,
+            }),
+        }
+    }
+}
+
+fn resource_project(
+    resource: Option<&opentelemetry_proto::tonic::resource::v1::Resource>,
+) -> Option<Result<ProjectId, ProtoError>> {
+    let attr = |key: &str| {
+        resource?.attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
+            match values::any_value(kv.value.as_ref()?) {
+                serde_json::Value::String(s) if !s.is_empty() => Some(s),
+                _ => None,
+            }
+        })
+    };
+    match (attr(conventions::ENTITY_KEY), attr(conventions::PROJECT_KEY)) {
+        (Some(e), Some(p)) => Some(ProjectId::from_parts(&e, &p)),
+        _ => None,
+    }
+}
+
+/// Maps every span of `req` to a call. The project is `header_project` when given, else each
+/// resource's `wandb.entity` + `wandb.project`; a resource with neither fails the request.
+pub fn convert(
+    req: &ExportTraceServiceRequest,
+    header_project: Option<&ProjectId>,
+    wb_user_id: Option<&str>,
+) -> Result<Converted, ProtoError> {
+    let mut out = Converted::default();
+    for rs in &req.resource_spans {
+        let project = match (header_project, resource_project(rs.resource.as_ref())) {
+            (Some(p), _) => p.clone(),
+            (None, Some(p)) => p?,
+            (None, None) => {
+                return Err(ProtoError::invalid(
+                    "no project for these spans: send a project_id: <entity>/<project> header \
+                     or the resource attributes wandb.entity and wandb.project",
+                ));
+            }
+        };
+        for ss in &rs.scope_spans {
+            let scope = Scope {
+                name: ss.scope.as_ref().map_or("", |s| s.name.as_str()),
+                version: ss.scope.as_ref().map_or("", |s| s.version.as_str()),
+            };
+            for sp in &ss.spans {
+                let converted = span::to_call(&project, sp, rs.resource.as_ref(), &scope)
+                    .and_then(|call| call.into_part(wb_user_id).map_err(|e| e.to_string()));
+                match converted {
+                    Ok(part) => {
+                        out.ops.insert((project.clone(), sp.name.clone()));
+                        out.parts.push(part);
+                    }
+                    Err(reason) => {
+                        out.rejected += 1;
+                        if out.errors.len() < MAX_REASONS {
+                            out.errors.push(format!(
+                                "span {:?} (trace_id {:?}, span_id {:?}): {reason}",
+                                sp.name,
+                                hex::encode(&sp.trace_id),
+                                hex::encode(&sp.span_id)
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,349 @@
+//! One OTLP span → one complete call.
+
+use opentelemetry_proto::tonic::resource::v1::Resource;
+use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
+use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use opentelemetry_proto::tonic::trace::v1::{Span, Status};
+use serde_json::{Map, Value, json};
+
+use super::conventions as conv;
+use super::op::op_ref;
+use super::values::{flat, index_maps_to_lists, nest};
+use crate::ProjectId;
+use crate::calls::{CompleteCall, StartedCall};
+use crate::time::Micros;
+
+/// The span's scope (instrumentation library), kept in `otel_dump`.
+pub struct Scope<'a> {
+    pub name: &'a str,
+    pub version: &'a str,
+}
+
+/// Why a span was rejected (counted in `partial_success`).
+pub type SpanError = String;
+
+/// The span's attributes, flat, with lookups by key or by key prefix.
+struct Attributes {
+    flat: Vec<(String, Value)>,
+    /// Keys whose meaning was extracted: left out of the call's `attributes`.
+    used: Vec<String>,
+}
+
+fn truthy(v: &Value) -> bool {
+    match v {
+        Value::Null => false,
+        Value::Bool(b) => *b,
+        Value::Number(n) => n.as_f64() != Some(0.0),
+        Value::String(s) => !s.is_empty(),
+        Value::Array(a) => !a.is_empty(),
+        Value::Object(o) => !o.is_empty(),
+    }
+}
+
+impl Attributes {
+    /// The value of `key`: the attribute itself, or the attributes under `key.` nested into one
+    /// object (indexed maps read as lists). Untruthy values count as absent.
+    fn get(&self, key: &str) -> Option<Value> {
+        if let Some((_, v)) = self.flat.iter().find(|(k, _)| k == key)
+            && truthy(v)
+        {
+            return Some(v.clone());
+        }
+        let prefix = format!("{key}.");
+        let under: Vec<(&str, &Value)> = self
+            .flat
+            .iter()
+            .filter_map(|(k, v)| k.strip_prefix(prefix.as_str()).map(|rest| (rest, v)))
+            .collect();
+        if under.is_empty() {
+            return None;
+        }
+        Some(index_maps_to_lists(Value::Object(nest(under)))).filter(truthy)
+    }
+
+    /// The first of `keys` present, marked as used.
+    fn take_first(&mut self, keys: &[&str]) -> Option<(String, Value)> {
+        keys.iter().find_map(|k| self.get(k).map(|v| (k.to_string(), v))).inspect(|(k, _)| {
+            self.used.push(k.clone());
+        })
+    }
+
+    fn is_used(&self, key: &str) -> bool {
+        self.used.iter().any(|u| key == u || key.strip_prefix(u.as_str()).is_some_and(|r| r.starts_with('.')))
+    }
+
+    /// The attributes nobody extracted, nested.
+    fn unmapped(&self) -> Map<String, Value> {
+        nest(self.flat.iter().filter(|(k, _)| !self.is_used(k)).map(|(k, v)| (k.as_str(), v)))
+    }
+}
+
+fn hex_id(bytes: &[u8], len: usize, what: &str) -> Result<String, SpanError> {
+    if bytes.len() != len {
+        return Err(format!("{what} must be {len} bytes, got {}", bytes.len()));
+    }
+    if bytes.iter().all(|b| *b == 0) {
+        return Err(format!("{what} is all zeroes"));
+    }
+    Ok(hex::encode(bytes))
+}
+
+fn micros(nanos: u64) -> Micros {
+    Micros((nanos / 1_000) as i64)
+}
+
+fn as_string(v: Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
+}
+
+fn as_int(v: &Value) -> Option<i64> {
+    match v {
+        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
+        Value::String(s) => s.trim().parse().ok(),
+        _ => None,
+    }
+}
+
+/// `{key: value}` for inputs; a single generic `input`/`inputs` object is unwrapped.
+fn inputs(found: Option<(String, Value)>) -> Map<String, Value> {
+    match found {
+        None => Map::new(),
+        Some((k, Value::Object(o))) if k == "input" || k == "inputs" => o,
+        Some((k, v)) => Map::from_iter([(k, v)]),
+    }
+}
+
+fn output(found: Option<(String, Value)>) -> Option<Value> {
+    found.map(|(k, v)| if k == "output" || k == "outputs" { v } else { json!({ k: v }) })
+}
+
+/// Token counts in the SDK's usage shape, with `total_tokens` completed from its parts and
+/// `requests: 1`; `None` when the span reports no tokens.
+fn usage(attrs: &mut Attributes) -> Option<Map<String, Value>> {
+    let mut usage = Map::new();
+    for (field, keys) in conv::USAGE_KEYS {
+        if let Some((_, v)) = attrs.take_first(keys)
+            && let Some(n) = as_int(&v)
+        {
+            usage.insert(field.to_string(), n.into());
+        }
+    }
+    if usage.is_empty() {
+        return None;
+    }
+    if !usage.contains_key("total_tokens") {
+        let sum = |a: &str, b: &str| Some(usage.get(a)?.as_i64()? + usage.get(b)?.as_i64()?);
+        if let Some(total) =
+            sum("prompt_tokens", "completion_tokens").or_else(|| sum("input_tokens", "output_tokens"))
+        {
+            usage.insert("total_tokens".into(), total.into());
+        }
+    }
+    usage.insert("requests".into(), 1.into());
+    Some(usage)
+}
+
+fn events_as_attributes(span: &Span, attrs: &mut Attributes) {
+    // `events.<name>` lookups read the attributes of the span's events with that name.
+    let mut by_name: Vec<(String, Vec<Value>)> = Vec::new();
+    for event in &span.events {
+        let value = Value::Object(nest(flat(&event.attributes).iter().map(|(k, v)| (k.as_str(), v))));
+        let key = format!("events.{}", event.name);
+        match by_name.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, list)) => list.push(value),
+            None => by_name.push((key, vec![value])),
+        }
+    }
+    for (key, list) in by_name {
+        if conv::INPUT_KEYS.contains(&key.as_str()) || conv::OUTPUT_KEYS.contains(&key.as_str()) {
+            attrs.flat.push((key, Value::Array(list)));
+        }
+    }
+}
+
+/// The exception text of a failed span: its `exception` event (`type: message`, then the
+/// stack trace) when it recorded one, else the status message, else `"error"`.
+fn exception(span: &Span, status: &Status) -> Option<String> {
+    if status.code != StatusCode::Error as i32 {
+        return None;
+    }
+    let event = span.events.iter().find(|e| e.name == "exception").map(|e| {
+        let get = |k: &str| {
+            e.attributes
+                .iter()
+                .find(|kv| kv.key == k)
+                .and_then(|kv| kv.value.as_ref())
+                .map(super::values::any_value)
+                .and_then(as_string)
+        };
+        let head = match (get("exception.type"), get("exception.message")) {
+            (Some(t), Some(m)) => format!("{t}: {m}"),
+            (Some(t), None) => t,
+            (None, Some(m)) => m,
+            (None, None) => String::new(),
+        };
+        match get("exception.stacktrace") {
+            Some(trace) if !head.is_empty() => format!("{head}\n{trace}"),
+            Some(trace) => trace,
+            None => head,
+        }
+    });
+    Some(
+        event
+            .filter(|e| !e.is_empty())
+            .or_else(|| Some(status.message.clone()).filter(|m| !m.is_empty()))
+            .unwrap_or_else(|| "error".to_owned()),
+    )
+}
+
+fn kind_name(kind: i32) -> &'static str {
+    match SpanKind::try_from(kind).unwrap_or(SpanKind::Unspecified) {
+        SpanKind::Unspecified => "UNSPECIFIED",
+        SpanKind::Internal => "INTERNAL",
+        SpanKind::Server => "SERVER",
+        SpanKind::Client => "CLIENT",
+        SpanKind::Producer => "PRODUCER",
+        SpanKind::Consumer => "CONSUMER",
+    }
+}
+
+fn status_name(code: i32) -> &'static str {
+    match StatusCode::try_from(code).unwrap_or(StatusCode::Unset) {
+        StatusCode::Unset => "UNSET",
+        StatusCode::Ok => "OK",
+        StatusCode::Error => "ERROR",
+    }
+}
+
+fn nested(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> Value {
+    let f = flat(attrs);
+    Value::Object(nest(f.iter().map(|(k, v)| (k.as_str(), v))))
+}
+
+/// The original span, readable: hex ids, RFC 3339 times, nested attributes (the Weave
+/// server's `otel_dump` shape).
+fn dump(span: &Span, resource: Option<&Resource>, scope: &Scope, parent: Option<&str>) -> Value {
+    let status = span.status.clone().unwrap_or_default();
+    json!({
+        "name": span.name,
+        "context": {
+            "trace_id": hex::encode(&span.trace_id),
+            "span_id": hex::encode(&span.span_id),
+            "trace_state": span.trace_state,
+        },
+        "kind": kind_name(span.kind),
+        "parent_id": parent,
+        "start_time": micros(span.start_time_unix_nano).to_rfc3339(),
+        "end_time": micros(span.end_time_unix_nano).to_rfc3339(),
+        "status": {"code": status_name(status.code), "message": status.message},
+        "attributes": nested(&span.attributes),
+        "events": span.events.iter().map(|e| json!({
+            "name": e.name,
+            "timestamp": e.time_unix_nano,
+            "attributes": nested(&e.attributes),
+            "dropped_attributes_count": e.dropped_attributes_count,
+        })).collect::<Vec<_>>(),
+        "links": span.links.iter().map(|l| json!({
+            "trace_id": hex::encode(&l.trace_id),
+            "span_id": hex::encode(&l.span_id),
+            "trace_state": l.trace_state,
+            "attributes": nested(&l.attributes),
+            "dropped_attributes_count": l.dropped_attributes_count,
+            "flags": l.flags,
+        })).collect::<Vec<_>>(),
+        "resource": resource.map(|r| json!({
+            "attributes": nested(&r.attributes),
+            "dropped_attributes_count": r.dropped_attributes_count,
+        })),
+        "scope": {"name": scope.name, "version": scope.version},
+    })
+}
+
+/// Converts one span of `project` into a complete call.
+pub fn to_call(
+    project: &ProjectId,
+    span: &Span,
+    resource: Option<&Resource>,
+    scope: &Scope,
+) -> Result<CompleteCall, SpanError> {
+    let id = hex_id(&span.span_id, 8, "span_id")?;
+    let trace_id = hex_id(&span.trace_id, 16, "trace_id")?;
+    let parent_id = match span.parent_span_id.as_slice() {
+        [] => None,
+        p if p.iter().all(|b| *b == 0) && p.len() == 8 => None,
+        p => Some(hex_id(p, 8, "parent_span_id")?),
+    };
+    if span.start_time_unix_nano == 0 {
+        return Err("start_time_unix_nano is missing".into());
+    }
+    let started_at = micros(span.start_time_unix_nano);
+    let ended_at = micros(span.end_time_unix_nano.max(span.start_time_unix_nano));
+    let status = span.status.clone().unwrap_or_default();
+
+    let mut attrs = Attributes { flat: flat(&span.attributes), used: Vec::new() };
+    events_as_attributes(span, &mut attrs);
+    let inputs = inputs(attrs.take_first(conv::INPUT_KEYS));
+    let output = output(attrs.take_first(conv::OUTPUT_KEYS));
+    let usage = usage(&mut attrs);
+
+    let mut attributes = Map::new();
+    for (field, keys) in conv::ATTRIBUTE_KEYS {
+        if let Some((_, v)) = attrs.take_first(keys) {
+            attributes.insert(field.to_string(), v);
+        }
+    }
+    let display_name = attrs.take_first(conv::DISPLAY_NAME_KEYS).and_then(|(_, v)| as_string(v));
+    let thread_id = attrs.take_first(conv::THREAD_ID_KEYS).and_then(|(_, v)| as_string(v));
+    let is_turn = attrs.take_first(conv::IS_TURN_KEYS).is_some();
+    let turn_id = (thread_id.is_some() && is_turn).then(|| id.clone());
+    let wb_run_id = attrs.take_first(conv::WB_RUN_ID_KEYS).and_then(|(_, v)| as_string(v));
+    let wb_run_step = attrs.take_first(conv::WB_RUN_STEP_KEYS).and_then(|(_, v)| as_int(&v));
+    let wb_run_step_end =
+        attrs.take_first(conv::WB_RUN_STEP_END_KEYS).and_then(|(_, v)| as_int(&v));
+    let extra = attrs.take_first(&[conv::EXTRA_ATTRIBUTES_KEY]);
+    // Unmapped attributes first, so an extracted field of the same name wins.
+    let mut all = attrs.unmapped();
+    all.extend(attributes);
+    if let Some((_, Value::Object(extra))) = extra {
+        all.extend(extra);
+    }
+
+    let model = all
+        .get("model")
+        .and_then(Value::as_str)
+        .or_else(|| all.get("model_parameters")?.get("model")?.as_str())
+        .map(str::to_owned);
+    let mut summary = Map::new();
+    if let Some(usage) = usage {
+        let key = model.unwrap_or_else(|| "usage".to_owned());
+        summary.insert("usage".into(), json!({ key: usage }));
+    }
+
+    Ok(CompleteCall {
+        start: StartedCall {
+            project_id: project.clone(),
+            id: Some(id),
+            trace_id: Some(trace_id),
+            op_name: op_ref(project, &span.name),
+            display_name,
+            parent_id: parent_id.clone(),
+            thread_id,
+            turn_id,
+            started_at,
+            attributes: Some(all),
+            inputs: Some(inputs),
+            otel_dump: Some(dump(span, resource, scope, parent_id.as_deref())),
+            wb_run_id,
+            wb_run_step,
+        },
+        ended_at,
+        summary: Some(summary),
+        output,
+        exception: exception(span, &status),
+        wb_run_step_end,
+    })
+}

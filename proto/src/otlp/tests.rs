@@ -1,0 +1,354 @@
+//! Table-driven mapping tests: an OTLP/JSON span in, the call out — and the same request as
+//! protobuf must convert identically.
+
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use prost::Message;
+use serde_json::{Value, json};
+
+use super::*;
+
+const TRACE: &str = "0af7651916cd43dd8448eb211c80319c";
+const SPAN: &str = "b7ad6b7169203331";
+const PARENT: &str = "00f067aa0ba902b7";
+
+fn attr(key: &str, value: Value) -> Value {
+    let v = match value {
+        Value::String(s) => json!({"stringValue": s}),
+        Value::Bool(b) => json!({"boolValue": b}),
+        Value::Number(n) if n.is_i64() => json!({"intValue": n}),
+        Value::Number(n) => json!({"doubleValue": n}),
+        other => panic!("no attribute form for {other}"),
+    };
+    json!({"key": key, "value": v})
+}
+
+fn attrs(pairs: &[(&str, Value)]) -> Value {
+    Value::Array(pairs.iter().map(|(k, v)| attr(k, v.clone())).collect())
+}
+
+/// A request with one span carrying `attributes` (and `extra` span fields merged in).
+fn request(attributes: Value, extra: Value) -> Value {
+    let mut span = json!({
+        "traceId": TRACE, "spanId": SPAN, "parentSpanId": PARENT,
+        "name": "chat gpt-4o", "kind": 3,
+        "startTimeUnixNano": "1763700000000000000", "endTimeUnixNano": "1763700001500000000",
+        "attributes": attributes,
+    });
+    span.as_object_mut().unwrap().extend(extra.as_object().cloned().unwrap_or_default());
+    json!({"resourceSpans": [{
+        "resource": {"attributes": attrs(&[("service.name", json!("svc"))])},
+        "scopeSpans": [{"scope": {"name": "test-scope", "version": "1.0"}, "spans": [span]}],
+    }]})
+}
+
+fn project() -> ProjectId {
+    ProjectId::parse("acme/otel").unwrap()
+}
+
+/// Converts the request both as JSON and as protobuf; asserts both agree; returns the call.
+fn convert_both(req: &Value) -> (Converted, Value) {
+    let body = serde_json::to_vec(req).unwrap();
+    let decoded = decode_json(&body).unwrap();
+    let from_json = convert(&decoded, Some(&project()), Some("u")).unwrap();
+    let from_proto =
+        convert(&decode_protobuf(&decoded.encode_to_vec()).unwrap(), Some(&project()), Some("u"))
+            .unwrap();
+    assert_eq!(from_json.parts, from_proto.parts, "protobuf and JSON disagree");
+    let call = from_json.parts.first().map(part_json).unwrap_or(Value::Null);
+    (from_json, call)
+}
+
+/// The part as the call fields it stores (JSON members parsed).
+fn part_json(p: &CallPart) -> Value {
+    let s = p.start.as_ref().unwrap();
+    let e = p.end.as_ref().unwrap();
+    let parse = |t: &str| serde_json::from_str::<Value>(t).unwrap();
+    json!({
+        "id": p.id, "trace_id": p.trace_id, "parent_id": s.parent_id, "op_name": s.op_name,
+        "display_name": s.display_name, "thread_id": s.thread_id, "turn_id": s.turn_id,
+        "started_at": s.started_at.0, "ended_at": e.ended_at.0,
+        "attributes": parse(&s.attributes), "inputs": parse(&s.inputs),
+        "output": e.output.as_deref().map(parse), "summary": parse(&e.summary),
+        "exception": e.exception, "otel_dump": s.otel_dump.as_deref().map(parse),
+        "wb_user_id": s.wb_user_id,
+    })
+}
+
+/// Asserts every `(JSON pointer, expected)` pair on the call.
+fn check(call: &Value, expected: &[(&str, Value)]) {
+    for (pointer, want) in expected {
+        let got = call.pointer(pointer).unwrap_or(&Value::Null);
+        assert_eq!(got, want, "{pointer} in {call:#}");
+    }
+}
+
+#[test]
+fn span_identity_times_and_op() {
+    let (_, call) = convert_both(&request(json!([]), json!({})));
+    let op = format!("weave:///acme/otel/op/chat_gpt-4o:{}", op::placeholder_digest());
+    check(&call, &[
+        ("/id", json!(SPAN)),
+        ("/trace_id", json!(TRACE)),
+        ("/parent_id", json!(PARENT)),
+        ("/op_name", json!(op)),
+        ("/started_at", json!(1_763_700_000_000_000i64)),
+        ("/ended_at", json!(1_763_700_001_500_000i64)),
+        ("/wb_user_id", json!("u")),
+        ("/otel_dump/kind", json!("CLIENT")),
+        ("/otel_dump/context/span_id", json!(SPAN)),
+        ("/otel_dump/resource/attributes/service/name", json!("svc")),
+        ("/otel_dump/scope/name", json!("test-scope")),
+        ("/summary", json!({})),
+        ("/exception", Value::Null),
+    ]);
+}
+
+#[test]
+fn conventions_map_to_inputs_outputs_usage_and_attributes() {
+    let messages = r#"[{"role":"user","parts":[{"type":"text","content":"hi"}]}]"#;
+    let cases: Vec<(&str, Value, Vec<(&str, Value)>)> = vec![
+        (
+            "OpenTelemetry GenAI",
+            attrs(&[
+                ("gen_ai.system", json!("openai")),
+                ("gen_ai.operation.name", json!("chat")),
+                ("gen_ai.request.model", json!("gpt-4o")),
+                ("gen_ai.request.temperature", json!(0.5)),
+                ("gen_ai.response.model", json!("gpt-4o-2024-08-06")),
+                ("gen_ai.usage.input_tokens", json!(10)),
+                ("gen_ai.usage.output_tokens", json!(5)),
+                ("gen_ai.usage.cache_read.input_tokens", json!(3)),
+                ("gen_ai.input.messages", json!(messages)),
+                ("gen_ai.output.messages", json!(r#"[{"role":"assistant","parts":[]}]"#)),
+                ("server.address", json!("api.openai.com")),
+            ]),
+            vec![
+                ("/inputs/gen_ai.input.messages/0/parts/0/content", json!("hi")),
+                ("/output/gen_ai.output.messages/0/role", json!("assistant")),
+                (
+                    "/summary/usage/gpt-4o-2024-08-06",
+                    json!({"input_tokens": 10, "output_tokens": 5, "cache_read_input_tokens": 3,
+                           "total_tokens": 15, "requests": 1}),
+                ),
+                ("/attributes/model", json!("gpt-4o-2024-08-06")),
+                ("/attributes/system", json!("openai")),
+                ("/attributes/operation_name", json!("chat")),
+                ("/attributes/model_parameters", json!({"model": "gpt-4o", "temperature": 0.5})),
+                ("/attributes/server/address", json!("api.openai.com")),
+                ("/attributes/gen_ai", Value::Null),
+            ],
+        ),
+        (
+            "OpenInference",
+            attrs(&[
+                ("openinference.span.kind", json!("LLM")),
+                ("llm.model_name", json!("claude-3-5-sonnet")),
+                ("input.value", json!(r#"{"question": "why?"}"#)),
+                ("input.mime_type", json!("application/json")),
+                ("output.value", json!("because")),
+                ("llm.token_count.prompt", json!(12)),
+                ("llm.token_count.completion", json!(7)),
+                ("llm.token_count.total", json!(19)),
+            ]),
+            vec![
+                ("/inputs", json!({"input.value": {"question": "why?"}})),
+                ("/output", json!({"output.value": "because"})),
+                (
+                    "/summary/usage/claude-3-5-sonnet",
+                    json!({"prompt_tokens": 12, "completion_tokens": 7, "total_tokens": 19,
+                           "requests": 1}),
+                ),
+                ("/attributes/kind", json!("LLM")),
+                ("/attributes/input/mime_type", json!("application/json")),
+            ],
+        ),
+        (
+            "OpenLLMetry / Traceloop",
+            attrs(&[
+                ("traceloop.span.kind", json!("workflow")),
+                ("gen_ai.prompt.0.role", json!("user")),
+                ("gen_ai.prompt.0.content", json!("tell a joke")),
+                ("gen_ai.completion.0.role", json!("assistant")),
+                ("gen_ai.completion.0.content", json!("no")),
+                ("gen_ai.usage.prompt_tokens", json!("4")),
+                ("gen_ai.usage.completion_tokens", json!(1)),
+                ("llm.request.type", json!("chat")),
+            ]),
+            vec![
+                ("/inputs", json!({"gen_ai.prompt": [{"role": "user", "content": "tell a joke"}]})),
+                ("/output/gen_ai.completion/0/content", json!("no")),
+                (
+                    "/summary/usage/usage",
+                    json!({"prompt_tokens": 4, "completion_tokens": 1, "total_tokens": 5,
+                           "requests": 1}),
+                ),
+                ("/attributes/kind", json!("workflow")),
+                ("/attributes/llm/request/type", json!("chat")),
+            ],
+        ),
+        (
+            "Vercel AI SDK",
+            attrs(&[
+                ("ai.model.id", json!("gpt-4o-mini")),
+                ("ai.model.provider", json!("openai.chat")),
+                ("ai.prompt", json!(r#"{"prompt": "hello"}"#)),
+                ("ai.response.text", json!("hi there")),
+                ("ai.response.finishReason", json!("stop")),
+                ("ai.usage.promptTokens", json!(3)),
+                ("ai.usage.completionTokens", json!(2)),
+            ]),
+            vec![
+                ("/inputs", json!({"ai.prompt": {"prompt": "hello"}})),
+                ("/output/ai.response/text", json!("hi there")),
+                ("/summary/usage/gpt-4o-mini/total_tokens", json!(5)),
+                ("/attributes/provider", json!("openai.chat")),
+            ],
+        ),
+        (
+            "generic input/output",
+            attrs(&[("input", json!(r#"{"x": 1}"#)), ("output", json!(r#"[1, 2]"#))]),
+            vec![("/inputs", json!({"x": 1})), ("/output", json!([1, 2]))],
+        ),
+        (
+            "wandb threads, turns and names",
+            attrs(&[
+                ("wandb.thread_id", json!("conv-1")),
+                ("wandb.is_turn", json!(true)),
+                ("wandb.display_name", json!("Turn one")),
+                ("wandb.attributes", json!(r#"{"team": "search"}"#)),
+            ]),
+            vec![
+                ("/thread_id", json!("conv-1")),
+                ("/turn_id", json!(SPAN)),
+                ("/display_name", json!("Turn one")),
+                ("/attributes/team", json!("search")),
+                ("/attributes/wandb", Value::Null),
+            ],
+        ),
+        (
+            "a thread without a turn",
+            attrs(&[("wandb.thread_id", json!("conv-1")), ("wandb.is_turn", json!(false))]),
+            vec![("/thread_id", json!("conv-1")), ("/turn_id", Value::Null)],
+        ),
+    ];
+    for (name, attributes, expected) in cases {
+        let (converted, call) = convert_both(&request(attributes, json!({})));
+        assert_eq!(converted.rejected, 0, "{name}");
+        let expected: Vec<(&str, Value)> = expected;
+        std::panic::catch_unwind(|| check(&call, &expected))
+            .unwrap_or_else(|_| panic!("convention {name:?}"));
+    }
+}
+
+#[test]
+fn message_events_become_inputs_and_outputs() {
+    let events = json!({"events": [
+        {"name": "gen_ai.user.message", "timeUnixNano": "1763700000100000000",
+         "attributes": attrs(&[("content", json!("hi")), ("role", json!("user"))])},
+        {"name": "gen_ai.user.message", "timeUnixNano": "1763700000200000000",
+         "attributes": attrs(&[("content", json!("again"))])},
+        {"name": "gen_ai.choice", "timeUnixNano": "1763700001000000000",
+         "attributes": attrs(&[("message.content", json!("hello")), ("index", json!(0))])},
+    ]});
+    let (_, call) = convert_both(&request(json!([]), events));
+    check(&call, &[
+        ("/inputs/events.gen_ai.user.message/1/content", json!("again")),
+        ("/output/events.gen_ai.choice/0/message/content", json!("hello")),
+        ("/otel_dump/events/0/timestamp", json!(1_763_700_000_100_000_000u64)),
+    ]);
+}
+
+#[test]
+fn errors_carry_the_recorded_exception() {
+    let failed = json!({
+        "status": {"code": "STATUS_CODE_ERROR", "message": "boom"},
+        "events": [{"name": "exception", "timeUnixNano": "1763700001000000000",
+                    "attributes": attrs(&[
+                        ("exception.type", json!("ValueError")),
+                        ("exception.message", json!("boom")),
+                        ("exception.stacktrace", json!("Traceback ...")),
+                    ])}],
+    });
+    let (_, call) = convert_both(&request(json!([]), failed));
+    check(&call, &[
+        ("/exception", json!("ValueError: boom\nTraceback ...")),
+        ("/otel_dump/status", json!({"code": "ERROR", "message": "boom"})),
+    ]);
+    let bare = json!({"status": {"code": 2}});
+    let (_, call) = convert_both(&request(json!([]), bare));
+    check(&call, &[("/exception", json!("error"))]);
+    let ok = json!({"status": {"code": 1, "message": "fine"}});
+    let (_, call) = convert_both(&request(json!([]), ok));
+    check(&call, &[("/exception", Value::Null)]);
+}
+
+#[test]
+fn bad_spans_are_rejected_alone() {
+    let mut req = request(json!([]), json!({}));
+    let spans = req.pointer_mut("/resourceSpans/0/scopeSpans/0/spans").unwrap();
+    let good = spans[0].clone();
+    let mut short_id = good.clone();
+    short_id["spanId"] = json!("abcd");
+    let mut no_trace = good.clone();
+    no_trace["traceId"] = json!("");
+    let mut no_start = good.clone();
+    no_start["spanId"] = json!("1111111111111111");
+    no_start["startTimeUnixNano"] = json!(0);
+    *spans = json!([short_id, good, no_trace, no_start]);
+    let (converted, call) = convert_both(&req);
+    assert_eq!(converted.parts.len(), 1);
+    assert_eq!(call["id"], SPAN);
+    assert_eq!(converted.rejected, 3);
+    let res = converted.response().partial_success.unwrap();
+    assert_eq!(res.rejected_spans, 3);
+    assert!(res.error_message.contains("span_id must be 8 bytes, got 2"), "{}", res.error_message);
+    assert!(res.error_message.contains("trace_id must be 16 bytes"), "{}", res.error_message);
+    assert!(res.error_message.contains("start_time_unix_nano is missing"));
+}
+
+#[test]
+fn projects_come_from_the_header_or_the_resource() {
+    let mut req = request(json!([]), json!({}));
+    req["resourceSpans"][0]["resource"]["attributes"] = attrs(&[
+        ("wandb.entity", json!("team")),
+        ("wandb.project", json!("proj")),
+    ]);
+    let decoded = decode_json(&serde_json::to_vec(&req).unwrap()).unwrap();
+    let from_resource = convert(&decoded, None, None).unwrap();
+    assert_eq!(from_resource.parts[0].project.as_str(), "team/proj");
+    let header_wins = convert(&decoded, Some(&project()), None).unwrap();
+    assert_eq!(header_wins.parts[0].project.as_str(), "acme/otel");
+    let anonymous = decode_json(&serde_json::to_vec(&request(json!([]), json!({}))).unwrap());
+    let err = convert(&anonymous.unwrap(), None, None).unwrap_err();
+    assert!(err.to_string().contains("no project"), "{err}");
+}
+
+#[test]
+fn json_accepts_the_forms_exporters_send() {
+    // snake_case names, enum names, numeric 64-bit integers.
+    let req = json!({"resource_spans": [{"scope_spans": [{"spans": [{
+        "trace_id": TRACE, "span_id": SPAN, "name": "n", "kind": "SPAN_KIND_SERVER",
+        "start_time_unix_nano": 1_763_700_000_000_000_000u64,
+        "end_time_unix_nano": 1_763_700_000_000_001_000u64,
+        "attributes": [{"key": "n", "value": {"int_value": 9_007_199_254_740_993i64}}],
+    }]}]}]});
+    let (_, call) = convert_both(&req);
+    check(&call, &[
+        ("/otel_dump/kind", json!("SERVER")),
+        ("/ended_at", json!(1_763_700_000_000_001i64)),
+        ("/attributes/n", json!(9_007_199_254_740_993i64)),
+        ("/parent_id", Value::Null),
+    ]);
+    for bad in [&b"not json"[..], b"[]", br#"{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}"#] {
+        assert!(decode_json(bad).is_err(), "{}", String::from_utf8_lossy(bad));
+    }
+    assert!(decode_protobuf(b"\xff\xff\xff").is_err());
+}
+
+#[test]
+fn protobuf_round_trip_of_an_empty_request() {
+    let req = ExportTraceServiceRequest::default();
+    let converted = convert(&req, None, None).unwrap();
+    assert!(converted.parts.is_empty());
+    assert!(converted.response().partial_success.is_none());
+}

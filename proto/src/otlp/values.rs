@@ -1,0 +1,156 @@
+//! OTLP attribute values as JSON, and dotted attribute keys as nested objects — the shapes the
+//! Weave server stores (`gen_ai.prompt.0.role` → `{"gen_ai": {"prompt": {"0": {"role": ..}}}}`).
+
+use base64::Engine;
+use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
+use serde_json::{Map, Value};
+
+/// One AnyValue as JSON: scalars as themselves, arrays and kvlists recursively, bytes as
+/// standard base64, non-finite doubles as `"nan"`/`"inf"`/`"-inf"`, an empty value as null.
+pub fn any_value(v: &AnyValue) -> Value {
+    match &v.value {
+        None => Value::Null,
+        Some(any_value::Value::StringValue(s)) => Value::String(s.clone()),
+        Some(any_value::Value::BoolValue(b)) => Value::Bool(*b),
+        Some(any_value::Value::IntValue(i)) => Value::from(*i),
+        Some(any_value::Value::DoubleValue(d)) => match serde_json::Number::from_f64(*d) {
+            Some(n) => Value::Number(n),
+            None if d.is_nan() => Value::from("nan"),
+            None if *d > 0.0 => Value::from("inf"),
+            None => Value::from("-inf"),
+        },
+        Some(any_value::Value::ArrayValue(a)) => Value::Array(a.values.iter().map(any_value).collect()),
+        Some(any_value::Value::KvlistValue(kv)) => Value::Object(
+            kv.values
+                .iter()
+                .map(|kv| (kv.key.clone(), kv.value.as_ref().map_or(Value::Null, any_value)))
+                .collect(),
+        ),
+        Some(any_value::Value::BytesValue(b)) => {
+            Value::String(base64::engine::general_purpose::STANDARD.encode(b))
+        }
+        // An index into a profiles string table: meaningless without one, as in traces.
+        Some(any_value::Value::StringValueStrindex(_)) => Value::Null,
+    }
+}
+
+/// An attribute value; a string that holds a JSON object or array (how most instrumentations
+/// send structured inputs) is parsed.
+pub fn attribute_value(v: Option<&AnyValue>) -> Value {
+    let value = v.map_or(Value::Null, any_value);
+    if let Value::String(s) = &value
+        && (s.starts_with('{') || s.starts_with('['))
+        && let Ok(parsed) = serde_json::from_str::<Value>(s)
+    {
+        return parsed;
+    }
+    value
+}
+
+/// The flat attribute list, keys unsplit, values decoded.
+pub fn flat(attrs: &[KeyValue]) -> Vec<(String, Value)> {
+    attrs.iter().map(|kv| (kv.key.clone(), attribute_value(kv.value.as_ref()))).collect()
+}
+
+/// Dotted keys as nested objects. A key that collides with another's structure (`a` = 1 and
+/// `a.b` = 2) keeps both readable: the scalar goes under the empty key of the object.
+pub fn nest<'a>(attrs: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Map<String, Value> {
+    let mut root = Map::new();
+    for (key, value) in attrs {
+        insert_path(&mut root, key, value.clone());
+    }
+    root
+}
+
+fn insert_path(root: &mut Map<String, Value>, key: &str, value: Value) {
+    let mut segments = key.split('.').peekable();
+    let mut node = root;
+    while let Some(seg) = segments.next() {
+        if segments.peek().is_none() {
+            match node.get_mut(seg) {
+                Some(Value::Object(existing)) => match value {
+                    Value::Object(incoming) => merge(existing, incoming),
+                    other => {
+                        existing.insert(String::new(), other);
+                    }
+                },
+                _ => {
+                    node.insert(seg.to_owned(), value);
+                }
+            }
+            return;
+        }
+        let slot = node.entry(seg.to_owned()).or_insert_with(|| Value::Object(Map::new()));
+        if !slot.is_object() {
+            let scalar = std::mem::replace(slot, Value::Object(Map::new()));
+            slot.as_object_mut().expect("just set").insert(String::new(), scalar);
+        }
+        node = slot.as_object_mut().expect("an object");
+    }
+}
+
+fn merge(into: &mut Map<String, Value>, from: Map<String, Value>) {
+    for (k, v) in from {
+        match (into.get_mut(&k), v) {
+            (Some(Value::Object(a)), Value::Object(b)) => merge(a, b),
+            (_, v) => {
+                into.insert(k, v);
+            }
+        }
+    }
+}
+
+/// Objects whose keys are exactly `"0"`..`"n-1"` become arrays, recursively: the indexed
+/// attribute style (`gen_ai.prompt.0.content`) read back as the list it encodes.
+pub fn index_maps_to_lists(v: Value) -> Value {
+    match v {
+        Value::Object(map) => {
+            let is_list = !map.is_empty()
+                && (0..map.len()).all(|i| map.contains_key(i.to_string().as_str()));
+            let mut map: Map<String, Value> =
+                map.into_iter().map(|(k, v)| (k, index_maps_to_lists(v))).collect();
+            if is_list {
+                Value::Array((0..map.len()).map(|i| map.remove(&i.to_string()).unwrap()).collect())
+            } else {
+                Value::Object(map)
+            }
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(index_maps_to_lists).collect()),
+        other => other,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    #[test]
+    fn dotted_keys_nest_and_indexed_maps_become_lists() {
+        let attrs = [
+            ("gen_ai.prompt.0.role".to_owned(), json!("user")),
+            ("gen_ai.prompt.0.content".to_owned(), json!("hi")),
+            ("gen_ai.prompt.1.role".to_owned(), json!("assistant")),
+            ("a".to_owned(), json!(1)),
+            ("a.b".to_owned(), json!(2)),
+        ];
+        let nested = nest(attrs.iter().map(|(k, v)| (k.as_str(), v)));
+        assert_eq!(nested["gen_ai"]["prompt"]["0"]["content"], "hi");
+        assert_eq!(nested["a"], json!({"": 1, "b": 2}));
+        let prompt = index_maps_to_lists(nested["gen_ai"]["prompt"].clone());
+        assert_eq!(prompt, json!([{"role": "user", "content": "hi"}, {"role": "assistant"}]));
+    }
+
+    #[test]
+    fn values_decode_like_the_weave_server() {
+        use any_value::Value as V;
+        let v = |x| AnyValue { value: Some(x) };
+        assert_eq!(any_value(&v(V::DoubleValue(f64::NAN))), json!("nan"));
+        assert_eq!(any_value(&v(V::BytesValue(vec![1, 2, 3]))), json!("AQID"));
+        assert_eq!(any_value(&v(V::IntValue(i64::MAX))), json!(i64::MAX));
+        assert_eq!(attribute_value(Some(&v(V::StringValue("{\"a\": [1]}".into())))), json!({"a": [1]}));
+        assert_eq!(attribute_value(Some(&v(V::StringValue("[not json".into())))), json!("[not json"));
+        assert_eq!(attribute_value(Some(&v(V::StringValue(" {}".into())))), json!(" {}"));
+    }
+}
