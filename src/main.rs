@@ -37,6 +37,8 @@ enum Command {
         #[command(flatten)]
         http: HttpArgs,
         #[command(flatten)]
+        otlp: OtlpArgs,
+        #[command(flatten)]
         store: StoreArgs,
         #[command(flatten)]
         kafka: KafkaArgs,
@@ -47,6 +49,8 @@ enum Command {
     Ingest {
         #[command(flatten)]
         http: HttpArgs,
+        #[command(flatten)]
+        otlp: OtlpArgs,
         #[command(flatten)]
         store: StoreArgs,
         #[command(flatten)]
@@ -192,6 +196,17 @@ struct HttpArgs {
     geoip_db: Option<PathBuf>,
 }
 
+/// OTLP/gRPC, served by the roles that ingest (OTLP/HTTP is on the main port).
+#[derive(Args)]
+struct OtlpArgs {
+    /// Where OTLP/gRPC `TraceService/Export` listens (port 0 picks a free port; printed).
+    #[arg(long, env = "HEDDLE_OTLP_GRPC_LISTEN", default_value = "127.0.0.1:4317")]
+    otlp_grpc_listen: SocketAddr,
+    /// Largest accepted OTLP/gRPC message, in bytes, after decompression.
+    #[arg(long, env = "HEDDLE_OTLP_GRPC_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
+    otlp_grpc_max_message_bytes: usize,
+}
+
 #[derive(Subcommand)]
 enum KeysCommand {
     /// Create a key that may only use projects `<ENTITY>/<project>`; prints the key.
@@ -213,10 +228,10 @@ async fn main() -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .init();
     match Cli::parse().command {
-        Command::Serve { http, store, kafka, consumer } => {
+        Command::Serve { http, otlp, store, kafka, consumer } => {
             let store = open_store(&store).await?;
             if kafka.brokers.is_none() {
-                return serve(http, store, None, server::Roles::ALL).await;
+                return serve(http, Some(otlp), store, None, server::Roles::ALL).await;
             }
             let metrics = Arc::new(Metrics::new());
             let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
@@ -224,21 +239,21 @@ async fn main() -> anyhow::Result<()> {
             let consuming = tokio::spawn(pipeline.run(std::future::pending()));
             let roles = server::Roles { metrics: Some(metrics), ..server::Roles::ALL };
             tokio::select! {
-                served = serve(http, store, Some(sink), roles) => served,
+                served = serve(http, Some(otlp), store, Some(sink), roles) => served,
                 consumed = consuming => Err(anyhow::anyhow!("the consumer stopped: {consumed:?}")),
             }
         }
-        Command::Ingest { http, store, kafka } => {
+        Command::Ingest { http, otlp, store, kafka } => {
             let metrics = Arc::new(Metrics::new());
             let sink = kafka_sink(&kafka, metrics.clone())?;
             let roles = server::Roles { metrics: Some(metrics), ..server::Roles::INGEST };
-            serve(http, open_store(&store).await?, Some(sink), roles).await
+            serve(http, Some(otlp), open_store(&store).await?, Some(sink), roles).await
         }
         Command::Consume { store, kafka, consumer, http } => {
             let store = open_store(&store).await?;
             let metrics = Arc::new(Metrics::new());
             let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
-            let app = server::app(
+            let (app, _) = server::app(
                 store,
                 None,
                 http.api_key.as_deref(),
@@ -256,7 +271,7 @@ async fn main() -> anyhow::Result<()> {
             }
         }
         Command::Query { http, store } => {
-            serve(http, open_store(&store).await?, None, server::Roles::QUERY).await
+            serve(http, None, open_store(&store).await?, None, server::Roles::QUERY).await
         }
         Command::Migrate { store } => {
             open_store(&store).await?;
@@ -311,6 +326,7 @@ async fn open_store(args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
 
 async fn serve(
     args: HttpArgs,
+    otlp: Option<OtlpArgs>,
     store: Arc<dyn Store>,
     calls: Option<Arc<dyn CallSink>>,
     roles: server::Roles,
@@ -335,9 +351,25 @@ async fn serve(
             .with_context(|| format!("opening the GeoIP database {}", path.display()))?,
         None => heddle_query::GeoIp::default(),
     };
-    let app = server::app(store, calls, admin_key.as_deref(), args.max_body_bytes, geoip, roles);
+    let (app, otlp_ingest) =
+        server::app(store, calls, admin_key.as_deref(), args.max_body_bytes, geoip, roles);
     println!("heddle listening on {url}");
-    server::run(listener, app).await
+    let (Some(otlp), Some(ingest)) = (otlp, otlp_ingest) else {
+        return server::run(listener, app).await;
+    };
+    let grpc_listener = tokio::net::TcpListener::bind(otlp.otlp_grpc_listen)
+        .await
+        .with_context(|| format!("binding {} for OTLP/gRPC", otlp.otlp_grpc_listen))?;
+    println!("heddle OTLP/gRPC listening on http://{}", grpc_listener.local_addr()?);
+    let grpc = ingest.serve_grpc(
+        grpc_listener,
+        otlp.otlp_grpc_max_message_bytes,
+        server::shutdown_signal(),
+    );
+    tokio::select! {
+        served = server::run(listener, app) => served,
+        served = grpc => Ok(served.context("serving OTLP/gRPC")?),
+    }
 }
 
 #[cfg(test)]

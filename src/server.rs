@@ -12,6 +12,7 @@ use axum::routing::get;
 use axum::{Extension, Router};
 use heddle_api::{ApiError, AppState, CallSink, Principal};
 use heddle_ingest::metrics::Metrics;
+use heddle_ingest::otlp::OtlpIngest;
 use heddle_query::GeoIp;
 use heddle_store::Store;
 use tower_http::catch_panic::CatchPanicLayer;
@@ -39,14 +40,18 @@ pub fn app(
     max_body_bytes: usize,
     geoip: GeoIp,
     roles: Roles,
-) -> Router {
+) -> (Router, Option<Arc<OtlpIngest>>) {
     let state = AppState::new(store, calls, admin_key, max_body_bytes);
+    let otlp = roles.ingest.then(|| OtlpIngest::new(state.clone()));
     let mut router = Router::new().merge(heddle_query::public_routes());
     if roles.query {
         router = router.merge(heddle_query::routes());
     }
     if roles.ingest {
         router = router.merge(heddle_ingest::routes());
+    }
+    if let Some(otlp) = &otlp {
+        router = router.merge(heddle_ingest::otlp::routes(otlp.clone()));
     }
     if let Some(metrics) = roles.metrics {
         let render = move |_: Principal| {
@@ -55,7 +60,7 @@ pub fn app(
         };
         router = router.route("/metrics", get(render));
     }
-    router
+    let router = router
         .fallback(|| async { ApiError::NotFound("no such endpoint".into()) })
         .method_not_allowed_fallback(|| async {
             let body = serde_json::json!({"reason": "method not allowed"});
@@ -65,7 +70,8 @@ pub fn app(
         // Bodies are limited (and oversized ones drained) by heddle_api::extract instead.
         .layer(DefaultBodyLimit::disable())
         .layer(CatchPanicLayer::custom(panic_response))
-        .with_state(state)
+        .with_state(state);
+    (router, otlp)
 }
 
 fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {

@@ -29,6 +29,9 @@ pub enum ApiError {
     Conflict(String),
     #[error("{0}")]
     TooLarge(String),
+    /// A body in a format the endpoint does not speak (415).
+    #[error("{0}")]
+    Unsupported(String),
     #[error("{0}")]
     Overloaded(String),
     #[error("{0}")]
@@ -49,9 +52,34 @@ impl ApiError {
             ApiError::NotFound(_) | ApiError::Deleted { .. } => StatusCode::NOT_FOUND,
             ApiError::Conflict(_) => StatusCode::CONFLICT,
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
+    }
+}
+
+impl ApiError {
+    /// The same error for a gRPC client (OTLP/gRPC): retryable conditions map to the codes
+    /// OTLP exporters retry (UNAVAILABLE, RESOURCE_EXHAUSTED only with retry info).
+    pub fn grpc_status(&self) -> tonic::Status {
+        use tonic::Code;
+        let code = match self {
+            ApiError::BadRequest(_) | ApiError::BadItem(_) | ApiError::Unsupported(_) => {
+                Code::InvalidArgument
+            }
+            ApiError::Unauthorized(_) => Code::Unauthenticated,
+            ApiError::Forbidden(_) => Code::PermissionDenied,
+            ApiError::NotFound(_) | ApiError::Deleted { .. } => Code::NotFound,
+            ApiError::Conflict(_) => Code::AlreadyExists,
+            ApiError::TooLarge(_) => Code::OutOfRange,
+            ApiError::Overloaded(_) => Code::Unavailable,
+            ApiError::Internal(_) => Code::Internal,
+        };
+        if code == Code::Internal {
+            tracing::error!(error = %self, "gRPC request failed");
+        }
+        tonic::Status::new(code, self.to_string())
     }
 }
 

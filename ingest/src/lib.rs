@@ -1,10 +1,11 @@
-//! The write front. HTTP call ingestion ([`http`]) hands validated call parts to a sink: the
+//! The write front. HTTP call ingestion ([`http`]) and OTLP trace ingest ([`otlp`]) hands validated call parts to a sink: the
 //! store directly (embedded mode) or Kafka ([`producer`], distributed mode). The [`consumer`]
 //! moves Kafka into the store in batches.
 
 pub mod consumer;
 pub mod http;
 pub mod metrics;
+pub mod otlp;
 pub mod producer;
 
 pub use http::routes;

@@ -1,0 +1,224 @@
+//! OTLP trace ingest (CONTRACT §10, `docs/otlp.md`): `POST /otel/v1/traces` — and the SDK's own
+//! `/agents/otel/v1/traces` — with OTLP/protobuf or OTLP/JSON bodies, gzip or not; and the
+//! OTLP/gRPC `TraceService/Export`. Both transports share [`OtlpIngest::export`]: decode and
+//! convert on the blocking pool (never on the reactor), authorise every project, make sure
+//! each span name's placeholder op exists, and hand the calls to the same sink as the call
+//! endpoints (the store, or Kafka) — answering only once they are durable.
+
+use std::collections::{BTreeSet, HashSet};
+use std::sync::{Arc, Mutex};
+
+use axum::http::header::CONTENT_TYPE;
+use axum::http::{HeaderMap, HeaderValue};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Extension, Router};
+use heddle_api::{ApiError, AppState, EncodedBody, Principal};
+use heddle_proto::ProjectId;
+use heddle_proto::canonical::canonical_json;
+use heddle_proto::otlp::{self, op};
+use heddle_store::NewObject;
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use prost::Message;
+
+/// Placeholder ops this process already wrote; beyond this many, the memory is reset.
+const KNOWN_OPS_LIMIT: usize = 100_000;
+
+/// The OTLP front shared by the HTTP routes and the gRPC service.
+pub struct OtlpIngest {
+    state: Arc<AppState>,
+    known_ops: Mutex<HashSet<(ProjectId, String)>>,
+}
+
+/// An OTLP/HTTP body format, from `Content-Type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Format {
+    Protobuf,
+    Json,
+}
+
+impl Format {
+    fn from_headers(headers: &HeaderMap) -> Result<Format, ApiError> {
+        let ct = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+        let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        match mime.as_str() {
+            "application/x-protobuf" | "application/protobuf" => Ok(Format::Protobuf),
+            "application/json" => Ok(Format::Json),
+            _ => Err(ApiError::Unsupported(format!(
+                "Content-Type {ct:?} is not OTLP: send application/x-protobuf or application/json"
+            ))),
+        }
+    }
+
+    fn decode(self, body: &[u8]) -> Result<ExportTraceServiceRequest, ApiError> {
+        Ok(match self {
+            Format::Protobuf => otlp::decode_protobuf(body)?,
+            Format::Json => otlp::decode_json(body)?,
+        })
+    }
+
+    fn respond(self, res: ExportTraceServiceResponse) -> Response {
+        match self {
+            Format::Protobuf => {
+                let ct = HeaderValue::from_static("application/x-protobuf");
+                ([(CONTENT_TYPE, ct)], res.encode_to_vec()).into_response()
+            }
+            Format::Json => axum::Json(res).into_response(),
+        }
+    }
+}
+
+/// The `project_id: <entity>/<project>` header, when sent.
+fn header_project(headers: &HeaderMap) -> Result<Option<ProjectId>, ApiError> {
+    match headers.get("project_id").map(|v| v.to_str()) {
+        None => Ok(None),
+        Some(Ok(s)) => Ok(Some(ProjectId::parse(s.trim())?)),
+        Some(Err(_)) => Err(ApiError::bad_request("the project_id header is not valid text")),
+    }
+}
+
+impl OtlpIngest {
+    pub fn new(state: Arc<AppState>) -> Arc<OtlpIngest> {
+        Arc::new(OtlpIngest { state, known_ops: Mutex::default() })
+    }
+
+    /// Serves OTLP/gRPC on `listener` until `shutdown`: gzip accepted, messages up to
+    /// `max_message_bytes` (decompressed; larger ones fail with OUT_OF_RANGE).
+    pub async fn serve_grpc(
+        self: Arc<Self>,
+        listener: tokio::net::TcpListener,
+        max_message_bytes: usize,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), tonic::transport::Error> {
+        let service = TraceServiceServer::new(GrpcTraceService(self))
+            .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
+            .send_compressed(tonic::codec::CompressionEncoding::Gzip)
+            .max_decoding_message_size(max_message_bytes);
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming_shutdown(
+                tokio_stream::wrappers::TcpListenerStream::new(listener),
+                shutdown,
+            )
+            .await
+    }
+
+    /// Decodes (with `decode`, on the blocking pool), converts, authorises and stores one
+    /// export request; the answer carries the rejected spans.
+    async fn export(
+        &self,
+        who: &Principal,
+        header_project: Option<ProjectId>,
+        decode: impl FnOnce() -> Result<ExportTraceServiceRequest, ApiError> + Send + 'static,
+    ) -> Result<ExportTraceServiceResponse, ApiError> {
+        if let Some(p) = &header_project {
+            who.check(p)?;
+        }
+        let user = who.user_id().to_owned();
+        let converted = tokio::task::spawn_blocking(move || {
+            let req = decode()?;
+            Ok::<_, ApiError>(otlp::convert(&req, header_project.as_ref(), Some(&user))?)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("OTLP conversion failed: {e}")))??;
+        let projects: BTreeSet<&ProjectId> = converted.ops.iter().map(|(p, _)| p).collect();
+        for p in projects {
+            who.check(p)?;
+        }
+        self.ensure_ops(&converted.ops, who.user_id()).await?;
+        let response = converted.response();
+        if !converted.parts.is_empty() {
+            self.state.calls.write(converted.parts).await?;
+        }
+        Ok(response)
+    }
+
+    /// Writes the placeholder op (and its source file) of every span name not yet known to
+    /// this process. Idempotent, so racing requests and restarts are harmless.
+    async fn ensure_ops(
+        &self,
+        ops: &BTreeSet<(ProjectId, String)>,
+        user: &str,
+    ) -> Result<(), ApiError> {
+        let missing: Vec<(ProjectId, String)> = {
+            let known = self.known_ops.lock().expect("not poisoned");
+            ops.iter().filter(|k| !known.contains(*k)).cloned().collect()
+        };
+        if missing.is_empty() {
+            return Ok(());
+        }
+        let store = &self.state.store;
+        let val = canonical_json(&op::placeholder_val());
+        let mut files_written: HashSet<&ProjectId> = HashSet::new();
+        for (project, name) in &missing {
+            if files_written.insert(project) {
+                let source = bytes::Bytes::from_static(op::PLACEHOLDER_SOURCE.as_bytes());
+                store.create_file(project, &op::placeholder_file_digest(), source).await?;
+            }
+            store
+                .create_object(NewObject {
+                    project: project.clone(),
+                    object_id: op::op_object_id(name),
+                    digest: op::placeholder_digest().to_owned(),
+                    val: val.clone(),
+                    kind: "op",
+                    base_object_class: None,
+                    leaf_object_class: None,
+                    wb_user_id: Some(user.to_owned()),
+                })
+                .await?;
+        }
+        let mut known = self.known_ops.lock().expect("not poisoned");
+        if known.len() + missing.len() > KNOWN_OPS_LIMIT {
+            known.clear();
+        }
+        known.extend(missing);
+        Ok(())
+    }
+}
+
+/// `POST /otel/v1/traces` and `POST /agents/otel/v1/traces`.
+pub fn routes(ingest: Arc<OtlpIngest>) -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/otel/v1/traces", post(export_http))
+        .route("/agents/otel/v1/traces", post(export_http))
+        .layer(Extension(ingest))
+}
+
+async fn export_http(
+    Extension(ingest): Extension<Arc<OtlpIngest>>,
+    who: Principal,
+    headers: HeaderMap,
+    body: EncodedBody,
+) -> Result<Response, ApiError> {
+    let format = Format::from_headers(&headers)?;
+    let project = header_project(&headers)?;
+    let limit = ingest.state.max_body_bytes;
+    let decode = move || format.decode(&body.encoding.decode(body.bytes, limit)?);
+    Ok(format.respond(ingest.export(&who, project, decode).await?))
+}
+
+/// `opentelemetry.proto.collector.trace.v1.TraceService` over gRPC.
+pub struct GrpcTraceService(Arc<OtlpIngest>);
+
+#[tonic::async_trait]
+impl TraceService for GrpcTraceService {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        let headers = request.metadata().clone().into_headers();
+        let res = async {
+            let who = self.0.state.auth.authenticate(&headers).await?;
+            let project = header_project(&headers)?;
+            let req = request.into_inner();
+            self.0.export(&who, project, move || Ok(req)).await
+        };
+        res.await.map(tonic::Response::new).map_err(|e| e.grpc_status())
+    }
+}
