@@ -69,6 +69,7 @@ impl Deployment {
             .args([listen_flag, "127.0.0.1:0", "--api-key", &self.key])
             .args(self.store_args())
             .args(if role == "query" { vec![] } else { vec!["--kafka", &self.kafka.brokers] })
+            .args(if role == "ingest" { vec!["--otlp-grpc-listen", "127.0.0.1:0"] } else { vec![] })
             .args(extra)
             .env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())

@@ -68,6 +68,10 @@ impl Format {
                 let ct = HeaderValue::from_static("application/x-protobuf");
                 ([(CONTENT_TYPE, ct)], res.encode_to_vec()).into_response()
             }
+            // The empty message is `{}`, not `{"partialSuccess": null}`.
+            Format::Json if res.partial_success.is_none() => {
+                axum::Json(serde_json::json!({})).into_response()
+            }
             Format::Json => axum::Json(res).into_response(),
         }
     }

@@ -60,6 +60,8 @@ const TEST_BATCH_WAIT_MS: &str = "20";
 
 pub struct Server {
     pub url: String,
+    /// OTLP/gRPC endpoint (`http://127.0.0.1:PORT`).
+    pub grpc_url: String,
     pub admin_key: String,
     pub dir: tempfile::TempDir,
     child: Child,
@@ -127,9 +129,10 @@ impl Server {
             k
         });
         serve_args.extend(extra.iter().map(|a| (*a).to_owned()));
-        let (child, url) = spawn(dir.path(), &admin_key, &store_args, &serve_args);
+        let (child, url, grpc_url) = spawn(dir.path(), &admin_key, &store_args, &serve_args);
         let mut server = Server {
             url,
+            grpc_url,
             admin_key,
             dir,
             child,
@@ -167,10 +170,11 @@ impl Server {
     pub fn kill_and_restart(&mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reaping the killed server");
-        let (child, url) =
+        let (child, url, grpc_url) =
             spawn(self.dir.path(), &self.admin_key, &self.store_args, &self.serve_args);
         self.child = child;
         self.url = url;
+        self.grpc_url = grpc_url;
         self.visibility = self.new_visibility(true);
         if let Some(v) = &self.visibility {
             v.wait_caught_up_blocking();
@@ -221,17 +225,29 @@ impl Server {
 /// Waits (up to 60 s) for the child to print `<prefix><url> ...` on stdout and returns the URL.
 /// Stdout keeps being drained afterwards so the child never blocks on a full pipe.
 pub fn announced_url(child: &mut Child, prefix: &'static str) -> Option<String> {
+    announced_urls(child, &[prefix]).map(|mut urls| urls.remove(0))
+}
+
+/// [`announced_url`] for several lines: the URL after each prefix, in the order given.
+pub fn announced_urls(child: &mut Child, prefixes: &[&'static str]) -> Option<Vec<String>> {
     let stdout = child.stdout.take().expect("piped stdout");
+    let prefixes = prefixes.to_vec();
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
+        let mut found: Vec<Option<String>> = vec![None; prefixes.len()];
         let mut tx = Some(tx);
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            let url = line.strip_prefix(prefix).and_then(|rest| rest.split_whitespace().next());
-            if let Some(url) = url
+            for (i, prefix) in prefixes.iter().enumerate() {
+                let url = line.strip_prefix(prefix).and_then(|rest| rest.split_whitespace().next());
+                if let Some(url) = url {
+                    found[i].get_or_insert_with(|| url.to_owned());
+                }
+            }
+            if found.iter().all(Option::is_some)
                 && let Some(tx) = tx.take()
             {
-                let _ = tx.send(url.to_owned());
+                let _ = tx.send(found.iter().flatten().cloned().collect::<Vec<_>>());
             }
         }
     });
@@ -243,8 +259,13 @@ fn path_arg(p: &Path) -> String {
 }
 
 /// Starts `heddle serve` on the store named by `store_args`, logging to `dir/server.log`;
-/// returns the process and its URL, read from the address it prints.
-fn spawn(dir: &Path, admin_key: &str, store_args: &[String], extra: &[String]) -> (Child, String) {
+/// returns the process, its URL and its OTLP/gRPC URL, read from the addresses it prints.
+fn spawn(
+    dir: &Path,
+    admin_key: &str,
+    store_args: &[String],
+    extra: &[String],
+) -> (Child, String, String) {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
@@ -253,6 +274,7 @@ fn spawn(dir: &Path, admin_key: &str, store_args: &[String], extra: &[String]) -
     let mut child = Command::new(BIN)
         .arg("serve")
         .args(["--listen", "127.0.0.1:0", "--api-key", admin_key])
+        .args(["--otlp-grpc-listen", "127.0.0.1:0"])
         .args(store_args)
         .args(extra)
         .env_remove("HEDDLE_API_KEY")
@@ -268,13 +290,15 @@ fn spawn(dir: &Path, admin_key: &str, store_args: &[String], extra: &[String]) -
         .stderr(Stdio::from(log))
         .spawn()
         .expect("spawning heddle");
-    let url = announced_url(&mut child, "heddle listening on ").unwrap_or_else(|| {
+    let prefixes = ["heddle listening on ", "heddle OTLP/gRPC listening on "];
+    let mut urls = announced_urls(&mut child, &prefixes).unwrap_or_else(|| {
         let _ = child.kill();
         let log = std::fs::read_to_string(dir.join("server.log")).unwrap_or_default();
-        panic!("heddle did not print its listening address; log:\n{log}");
+        panic!("heddle did not print its listening addresses; log:\n{log}");
     });
+    let (url, grpc_url) = (urls.remove(0), urls.remove(0));
     assert!(url.starts_with("http://127.0.0.1:"), "unexpected url {url}");
-    (child, url)
+    (child, url, grpc_url)
 }
 
 /// `heddle keys create --entity NAME` with the given store flags; returns the key.
@@ -480,6 +504,20 @@ impl Api {
             .req(reqwest::Method::POST, path)
             .header(reqwest::header::CONTENT_TYPE, content_type)
             .body(body.into());
+        self.send(r).await
+    }
+
+    /// POSTs raw bytes with extra headers (content type, encoding, ...).
+    pub async fn post_headers(
+        &self,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: impl Into<Vec<u8>>,
+    ) -> Resp {
+        let mut r = self.req(reqwest::Method::POST, path).body(body.into());
+        for (k, v) in headers {
+            r = r.header(*k, *v);
+        }
         self.send(r).await
     }
 

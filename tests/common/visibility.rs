@@ -28,7 +28,14 @@ const CATCH_UP_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// The ingest endpoints: a 200 from one of them means "in Kafka", not yet "stored".
 pub fn is_ingest_path(path: &str) -> bool {
-    if matches!(path, "/call/start" | "/call/end" | "/call/upsert_batch") {
+    if matches!(
+        path,
+        "/call/start"
+            | "/call/end"
+            | "/call/upsert_batch"
+            | "/otel/v1/traces"
+            | "/agents/otel/v1/traces"
+    ) {
         return true;
     }
     // /v2/{entity}/{project}/calls/complete and /v2/{entity}/{project}/call/{start,end}

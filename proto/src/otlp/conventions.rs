@@ -56,7 +56,12 @@ pub const USAGE_KEYS: &[(&str, &[&str])] = &[
     ),
     (
         "total_tokens",
-        &["llm.usage.total_tokens", "llm.token_count.total", "gen_ai.usage.total_tokens", "ai.usage.totalTokens"],
+        &[
+            "llm.usage.total_tokens",
+            "llm.token_count.total",
+            "gen_ai.usage.total_tokens",
+            "ai.usage.totalTokens",
+        ],
     ),
     (
         "cache_read_input_tokens",

@@ -63,11 +63,11 @@ fn resource_project(
     resource: Option<&opentelemetry_proto::tonic::resource::v1::Resource>,
 ) -> Option<Result<ProjectId, ProtoError>> {
     let attr = |key: &str| {
-        resource?.attributes.iter().find(|kv| kv.key == key).and_then(|kv| {
-            match values::any_value(kv.value.as_ref()?) {
-                serde_json::Value::String(s) if !s.is_empty() => Some(s),
-                _ => None,
-            }
+        resource?.attributes.iter().find(|kv| kv.key == key).and_then(|kv| match values::any_value(
+            kv.value.as_ref()?,
+        ) {
+            serde_json::Value::String(s) if !s.is_empty() => Some(s),
+            _ => None,
         })
     };
     match (attr(conventions::ENTITY_KEY), attr(conventions::PROJECT_KEY)) {

@@ -69,7 +69,9 @@ impl Attributes {
     }
 
     fn is_used(&self, key: &str) -> bool {
-        self.used.iter().any(|u| key == u || key.strip_prefix(u.as_str()).is_some_and(|r| r.starts_with('.')))
+        self.used
+            .iter()
+            .any(|u| key == u || key.strip_prefix(u.as_str()).is_some_and(|r| r.starts_with('.')))
     }
 
     /// The attributes nobody extracted, nested.
@@ -137,8 +139,8 @@ fn usage(attrs: &mut Attributes) -> Option<Map<String, Value>> {
     }
     if !usage.contains_key("total_tokens") {
         let sum = |a: &str, b: &str| Some(usage.get(a)?.as_i64()? + usage.get(b)?.as_i64()?);
-        if let Some(total) =
-            sum("prompt_tokens", "completion_tokens").or_else(|| sum("input_tokens", "output_tokens"))
+        if let Some(total) = sum("prompt_tokens", "completion_tokens")
+            .or_else(|| sum("input_tokens", "output_tokens"))
         {
             usage.insert("total_tokens".into(), total.into());
         }
@@ -151,7 +153,8 @@ fn events_as_attributes(span: &Span, attrs: &mut Attributes) {
     // `events.<name>` lookups read the attributes of the span's events with that name.
     let mut by_name: Vec<(String, Vec<Value>)> = Vec::new();
     for event in &span.events {
-        let value = Value::Object(nest(flat(&event.attributes).iter().map(|(k, v)| (k.as_str(), v))));
+        let value =
+            Value::Object(nest(flat(&event.attributes).iter().map(|(k, v)| (k.as_str(), v))));
         let key = format!("events.{}", event.name);
         match by_name.iter_mut().find(|(k, _)| *k == key) {
             Some((_, list)) => list.push(value),

@@ -86,21 +86,24 @@ fn check(call: &Value, expected: &[(&str, Value)]) {
 fn span_identity_times_and_op() {
     let (_, call) = convert_both(&request(json!([]), json!({})));
     let op = format!("weave:///acme/otel/op/chat_gpt-4o:{}", op::placeholder_digest());
-    check(&call, &[
-        ("/id", json!(SPAN)),
-        ("/trace_id", json!(TRACE)),
-        ("/parent_id", json!(PARENT)),
-        ("/op_name", json!(op)),
-        ("/started_at", json!(1_763_700_000_000_000i64)),
-        ("/ended_at", json!(1_763_700_001_500_000i64)),
-        ("/wb_user_id", json!("u")),
-        ("/otel_dump/kind", json!("CLIENT")),
-        ("/otel_dump/context/span_id", json!(SPAN)),
-        ("/otel_dump/resource/attributes/service/name", json!("svc")),
-        ("/otel_dump/scope/name", json!("test-scope")),
-        ("/summary", json!({})),
-        ("/exception", Value::Null),
-    ]);
+    check(
+        &call,
+        &[
+            ("/id", json!(SPAN)),
+            ("/trace_id", json!(TRACE)),
+            ("/parent_id", json!(PARENT)),
+            ("/op_name", json!(op)),
+            ("/started_at", json!(1_763_700_000_000_000i64)),
+            ("/ended_at", json!(1_763_700_001_500_000i64)),
+            ("/wb_user_id", json!("u")),
+            ("/otel_dump/kind", json!("CLIENT")),
+            ("/otel_dump/context/span_id", json!(SPAN)),
+            ("/otel_dump/resource/attributes/service/name", json!("svc")),
+            ("/otel_dump/scope/name", json!("test-scope")),
+            ("/summary", json!({})),
+            ("/exception", Value::Null),
+        ],
+    );
 }
 
 #[test]
@@ -251,11 +254,14 @@ fn message_events_become_inputs_and_outputs() {
          "attributes": attrs(&[("message.content", json!("hello")), ("index", json!(0))])},
     ]});
     let (_, call) = convert_both(&request(json!([]), events));
-    check(&call, &[
-        ("/inputs/events.gen_ai.user.message/1/content", json!("again")),
-        ("/output/events.gen_ai.choice/0/message/content", json!("hello")),
-        ("/otel_dump/events/0/timestamp", json!(1_763_700_000_100_000_000u64)),
-    ]);
+    check(
+        &call,
+        &[
+            ("/inputs/events.gen_ai.user.message/1/content", json!("again")),
+            ("/output/events.gen_ai.choice/0/message/content", json!("hello")),
+            ("/otel_dump/events/0/timestamp", json!(1_763_700_000_100_000_000u64)),
+        ],
+    );
 }
 
 #[test]
@@ -270,10 +276,13 @@ fn errors_carry_the_recorded_exception() {
                     ])}],
     });
     let (_, call) = convert_both(&request(json!([]), failed));
-    check(&call, &[
-        ("/exception", json!("ValueError: boom\nTraceback ...")),
-        ("/otel_dump/status", json!({"code": "ERROR", "message": "boom"})),
-    ]);
+    check(
+        &call,
+        &[
+            ("/exception", json!("ValueError: boom\nTraceback ...")),
+            ("/otel_dump/status", json!({"code": "ERROR", "message": "boom"})),
+        ],
+    );
     let bare = json!({"status": {"code": 2}});
     let (_, call) = convert_both(&request(json!([]), bare));
     check(&call, &[("/exception", json!("error"))]);
@@ -309,10 +318,8 @@ fn bad_spans_are_rejected_alone() {
 #[test]
 fn projects_come_from_the_header_or_the_resource() {
     let mut req = request(json!([]), json!({}));
-    req["resourceSpans"][0]["resource"]["attributes"] = attrs(&[
-        ("wandb.entity", json!("team")),
-        ("wandb.project", json!("proj")),
-    ]);
+    req["resourceSpans"][0]["resource"]["attributes"] =
+        attrs(&[("wandb.entity", json!("team")), ("wandb.project", json!("proj"))]);
     let decoded = decode_json(&serde_json::to_vec(&req).unwrap()).unwrap();
     let from_resource = convert(&decoded, None, None).unwrap();
     assert_eq!(from_resource.parts[0].project.as_str(), "team/proj");
@@ -333,13 +340,20 @@ fn json_accepts_the_forms_exporters_send() {
         "attributes": [{"key": "n", "value": {"int_value": 9_007_199_254_740_993i64}}],
     }]}]}]});
     let (_, call) = convert_both(&req);
-    check(&call, &[
-        ("/otel_dump/kind", json!("SERVER")),
-        ("/ended_at", json!(1_763_700_000_000_001i64)),
-        ("/attributes/n", json!(9_007_199_254_740_993i64)),
-        ("/parent_id", Value::Null),
-    ]);
-    for bad in [&b"not json"[..], b"[]", br#"{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}"#] {
+    check(
+        &call,
+        &[
+            ("/otel_dump/kind", json!("SERVER")),
+            ("/ended_at", json!(1_763_700_000_000_001i64)),
+            ("/attributes/n", json!(9_007_199_254_740_993i64)),
+            ("/parent_id", Value::Null),
+        ],
+    );
+    for bad in [
+        &b"not json"[..],
+        b"[]",
+        br#"{"resourceSpans": [{"scopeSpans": [{"spans": [{"traceId": "zz"}]}]}]}"#,
+    ] {
         assert!(decode_json(bad).is_err(), "{}", String::from_utf8_lossy(bad));
     }
     assert!(decode_protobuf(b"\xff\xff\xff").is_err());

@@ -19,7 +19,9 @@ pub fn any_value(v: &AnyValue) -> Value {
             None if *d > 0.0 => Value::from("inf"),
             None => Value::from("-inf"),
         },
-        Some(any_value::Value::ArrayValue(a)) => Value::Array(a.values.iter().map(any_value).collect()),
+        Some(any_value::Value::ArrayValue(a)) => {
+            Value::Array(a.values.iter().map(any_value).collect())
+        }
         Some(any_value::Value::KvlistValue(kv)) => Value::Object(
             kv.values
                 .iter()
@@ -105,8 +107,8 @@ fn merge(into: &mut Map<String, Value>, from: Map<String, Value>) {
 pub fn index_maps_to_lists(v: Value) -> Value {
     match v {
         Value::Object(map) => {
-            let is_list = !map.is_empty()
-                && (0..map.len()).all(|i| map.contains_key(i.to_string().as_str()));
+            let is_list =
+                !map.is_empty() && (0..map.len()).all(|i| map.contains_key(i.to_string().as_str()));
             let mut map: Map<String, Value> =
                 map.into_iter().map(|(k, v)| (k, index_maps_to_lists(v))).collect();
             if is_list {
@@ -149,8 +151,14 @@ mod tests {
         assert_eq!(any_value(&v(V::DoubleValue(f64::NAN))), json!("nan"));
         assert_eq!(any_value(&v(V::BytesValue(vec![1, 2, 3]))), json!("AQID"));
         assert_eq!(any_value(&v(V::IntValue(i64::MAX))), json!(i64::MAX));
-        assert_eq!(attribute_value(Some(&v(V::StringValue("{\"a\": [1]}".into())))), json!({"a": [1]}));
-        assert_eq!(attribute_value(Some(&v(V::StringValue("[not json".into())))), json!("[not json"));
+        assert_eq!(
+            attribute_value(Some(&v(V::StringValue("{\"a\": [1]}".into())))),
+            json!({"a": [1]})
+        );
+        assert_eq!(
+            attribute_value(Some(&v(V::StringValue("[not json".into())))),
+            json!("[not json")
+        );
         assert_eq!(attribute_value(Some(&v(V::StringValue(" {}".into())))), json!(" {}"));
     }
 }
