@@ -861,6 +861,43 @@ fn router_is_the_one_entry_url() {
 }
 
 #[test]
+fn otlp_grpc_is_routed_to_the_ingest_grpc_listener() {
+    let compose = Compose::load();
+    let ingest = compose.service("heddle-ingest");
+    let listen = role_help("ingest")
+        .value(&ingest.env(), "HEDDLE_OTLP_GRPC_LISTEN")
+        .expect("the ingest role has an OTLP/gRPC listen address");
+    assert!(!listen.starts_with("127."), "OTLP/gRPC on {listen} is unreachable from the router");
+
+    let router = Router::load(&compose);
+    let grpc_servers: Vec<Vec<Directive>> = find(&router.http, "server")
+        .into_iter()
+        .map(|s| s.block.clone().unwrap())
+        .filter(|s| locations(s).iter().any(|l| single_arg(&l.body, "grpc_pass").is_some()))
+        .collect();
+    assert_eq!(grpc_servers.len(), 1, "one router server for OTLP/gRPC");
+    let server = &grpc_servers[0];
+    assert_eq!(single_arg(server, "http2").as_deref(), Some("on"), "gRPC needs HTTP/2");
+    assert_eq!(single_arg(server, "underscores_in_headers").as_deref(), Some("on"), "project_id");
+    let port = port_of(&format!(":{}", single_arg(server, "listen").unwrap()));
+    assert!(
+        compose.service("router").ports().iter().any(|&(_, target)| target == port),
+        "the router publishes its OTLP/gRPC port {port}"
+    );
+    let pass =
+        single_arg(&choose_location(&locations(server), "/x").unwrap().body, "grpc_pass").unwrap();
+    let upstream = pass.strip_prefix("grpc://").expect("grpc_pass grpc://...");
+    let backends: Vec<String> = find(&router.http, "upstream")
+        .into_iter()
+        .filter(|u| u.args == [upstream])
+        .flat_map(|u| {
+            find(u.block.as_ref().unwrap(), "server").into_iter().map(|s| s.args[0].clone())
+        })
+        .collect();
+    assert_eq!(backends, [format!("heddle-ingest:{}", port_of(&listen))]);
+}
+
+#[test]
 fn nginx_location_choice_follows_nginx() {
     let conf = r#"http { server {
         location = /a { proxy_pass http://exact; }
