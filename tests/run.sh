@@ -35,7 +35,8 @@ if [ ! -x "$tansu_root/bin/tansu" ]; then
 fi
 export HEDDLE_TANSU="$tansu_root/bin/tansu"
 
-if ! "$venv/bin/python" -c 'import weave, pytest, chdb, mmdb_writer' >/dev/null 2>&1; then
+venv_probe='import weave, pytest, chdb, mmdb_writer, opentelemetry.exporter.otlp.proto.grpc.trace_exporter'
+if ! "$venv/bin/python" -c "$venv_probe" >/dev/null 2>&1; then
     step "creating the Python venv with the pinned SDK in $venv"
     rm -rf "$venv"
     mkdir -p "$cache"

@@ -372,6 +372,9 @@ class HeddleServer:
             )
         self.port = _free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        # OTLP/gRPC (TraceService/Export) of the same server.
+        self.grpc_port = _free_port()
+        self.grpc_endpoint = f"127.0.0.1:{self.grpc_port}"
         self.api_key = "admin-" + uuid.uuid4().hex
         self.proc: subprocess.Popen[bytes] | None = None
         self.session = requests.Session()
@@ -396,6 +399,8 @@ class HeddleServer:
                 "serve",
                 "--listen",
                 f"127.0.0.1:{self.port}",
+                "--otlp-grpc-listen",
+                self.grpc_endpoint,
                 *self.store_args(),
                 *(self.kafka.serve_args() if self.kafka is not None else []),
                 "--api-key",
