@@ -359,7 +359,7 @@ impl Store for ClickHouseStore {
                     .fetch_all()
                     .await
                     .map_err(backend)?;
-            vals.extend(rows.into_iter().map(|r| ((r.object_id, r.digest), r.val)));
+            vals.extend(rows.into_iter().map(|r| ((r.object_id, r.digest), r.val_text)));
         }
         metas
             .into_iter()

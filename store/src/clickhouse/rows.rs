@@ -299,7 +299,7 @@ pub struct LiveVersionRow {
 pub struct ObjectValRow {
     pub object_id: String,
     pub digest: String,
-    pub val: String,
+    pub val_text: String,
 }
 
 /// What `sql::object_state` selects.

@@ -735,7 +735,7 @@ pub fn select_objects(q: &ObjectsQuery) -> Sql {
 /// several objects are listed (any listed object with any listed digest); callers pick theirs.
 pub fn select_object_vals(project: &str, object_ids: &[String], digests: &[String]) -> Sql {
     let mut sql = Sql::new(
-        "SELECT object_id, digest, argMax(val, row_version) FROM objects WHERE project_id = ",
+        "SELECT object_id, digest, argMax(val, row_version) AS val_text FROM objects WHERE project_id = ",
     );
     sql.bind_str(project).push(" AND object_id IN ").bind(Param::StrList(object_ids.to_vec()));
     sql.push(" AND digest IN ").bind(Param::StrList(digests.to_vec()));

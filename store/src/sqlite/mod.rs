@@ -524,3 +524,48 @@ fn tokio_stream_from<T: Send + 'static>(
 ) -> impl futures::Stream<Item = T> + Send {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn files_in_chunks_and_files_from_before_chunking() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = ProjectId::parse("e/p").unwrap();
+        {
+            // A database at schema version 2 holding a file the old way (content inline).
+            let mut conn = Connection::open(dir.path().join("heddle.db")).unwrap();
+            assert_eq!(migrations::migrate_to(&mut conn, 2).unwrap(), 2);
+            conn.execute(
+                "INSERT INTO files (project_id, digest, size_bytes, content, created_at)
+                 VALUES ('e/p', 'old', 3, x'616263', 0)",
+                [],
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        assert_eq!(store.read_file(&project, "old").await.unwrap(), Bytes::from_static(b"abc"));
+
+        let content: Bytes = (0..(5usize << 20) / 2).map(|i| (i % 253) as u8).collect();
+        store.create_file(&project, "big", content.clone()).await.unwrap();
+        store.create_file(&project, "big", content.clone()).await.unwrap(); // idempotent
+        let chunks: Vec<(i64, i64)> = store
+            .read(|conn| {
+                let mut st = conn
+                    .prepare(
+                        "SELECT chunk_index, length(data) FROM file_chunks WHERE digest = 'big'
+                         ORDER BY chunk_index",
+                    )
+                    .map_err(backend)?;
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                    .map_err(backend)
+            })
+            .await
+            .unwrap();
+        assert_eq!(chunks, [(0, 1 << 20), (1, 1 << 20), (2, 1 << 19)], "2.5 MiB in 1 MiB chunks");
+        assert_eq!(store.read_file(&project, "big").await.unwrap(), content);
+        assert_eq!(store.files_size(&project).await.unwrap(), content.len() as u64 + 3);
+    }
+}

@@ -587,6 +587,30 @@ mod tests {
     }
 
     #[test]
+    fn object_queries_bind_user_values() {
+        let evil = "x'); DROP TABLE objects; --";
+        let req: heddle_proto::objects::ObjQueryReq = serde_json::from_value(json!({
+            "project_id": "e/p",
+            "filter": {"object_ids": [evil], "base_object_classes": [evil],
+                       "exclude_base_object_classes": [evil], "leaf_object_classes": [evil],
+                       "is_op": false, "latest_only": true},
+            "sort_by": [{"field": "created_at", "direction": "desc"}],
+            "limit": 3, "offset": 1, "metadata_only": true, "include_storage_size": true
+        }))
+        .unwrap();
+        let sql = select_objects(&req.validate().unwrap());
+        assert!(!sql.text.contains("DROP"), "{}", sql.text);
+        assert_eq!(sql.text.matches('?').count(), sql.params.len());
+        assert!(
+            sql.text.contains(
+                "ORDER BY o.created_at DESC, o.object_id ASC, o.version_index ASC LIMIT ? OFFSET ?"
+            ),
+            "{}",
+            sql.text
+        );
+    }
+
+    #[test]
     fn default_order_and_paging() {
         let sql = compile(json!({"project_id": "e/p", "limit": 10, "offset": 5}));
         assert!(
