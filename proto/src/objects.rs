@@ -5,7 +5,7 @@ mod builtin;
 mod delete;
 mod query;
 
-pub use builtin::{apply_builtin_class, is_builtin_class};
+pub use builtin::apply_builtin_class;
 pub use delete::{DeletedVersion, MAX_DELETE_DIGESTS, ObjDeleteReq, ObjDeleteRes, ObjectsDelete};
 pub use query::{LATEST_ALIAS, ObjQueryReq, ObjSortField, ObjectVersionFilter, ObjectsQuery};
 
