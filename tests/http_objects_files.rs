@@ -4,6 +4,7 @@
 mod common;
 
 use common::{Api, Server};
+use heddle_proto::digest::bytes_digest;
 use serde_json::{Value, json};
 
 const P: &str = "ent/o";
@@ -443,4 +444,69 @@ async fn file_create_rejects_bad_input() {
 
     // The server still works.
     assert_eq!(api.file_create(P, "obj.py", b"hello", Some(HELLO)).await.ok()["digest"], HELLO);
+}
+
+/// Bytes whose every chunk differs, so a chunk out of place or twice shows.
+fn numbered(len: usize) -> Vec<u8> {
+    (0..len).map(|i| ((i / 7 + i / 1_048_576 * 31) % 256) as u8).collect()
+}
+
+#[tokio::test]
+async fn files_in_chunks_and_query_stats() {
+    let server = Server::start();
+    let api = server.admin();
+    let stats = |project: &'static str| {
+        let api = &api;
+        async move {
+            let r = api.post("/files/query_stats", &json!({"project_id": project})).await.ok();
+            r["total_size_bytes"].as_u64().unwrap_or_else(|| panic!("no total_size_bytes: {r}"))
+        }
+    };
+    assert_eq!(stats(P).await, 0, "no files yet");
+
+    const MIB: usize = 1 << 20;
+    // Sizes around the 1 MiB chunk boundaries.
+    let sizes = [MIB - 1, MIB + 1, 2 * MIB, 3 * MIB + 5];
+    let mut total = 0;
+    let mut stored = Vec::new();
+    for (i, size) in sizes.into_iter().enumerate() {
+        let bytes = numbered(size);
+        let digest = bytes_digest(&bytes);
+        let name = format!("f{i}.bin");
+        let r = api.file_create(P, &name, &bytes, Some(&digest)).await.ok();
+        assert_eq!(r["digest"], digest.as_str(), "{size}");
+        total += size as u64;
+        stored.push((digest, bytes));
+    }
+    api.file_create(P, "hello.txt", b"hello", Some(HELLO)).await.ok();
+    api.file_create(P, "empty", b"", Some(EMPTY)).await.ok();
+    total += 5;
+    // Uploading the same content again (under any name) stores nothing new.
+    api.file_create(P, "again.bin", &stored[1].1, None).await.ok();
+    api.file_create(P, "hello-again.txt", b"hello", None).await.ok();
+    assert_eq!(stats(P).await, total);
+    for (digest, bytes) in &stored {
+        let r = content(&api, P, digest).await;
+        assert_eq!(r.status, 200, "{}", r.text());
+        assert_eq!(r.body.len(), bytes.len());
+        assert!(r.body == *bytes, "{} bytes: content differs", bytes.len());
+    }
+    assert_eq!(content(&api, P, EMPTY).await.body, b"");
+
+    // Stats are per project; other projects' files are not counted or served.
+    assert_eq!(stats("ent/elsewhere").await, 0);
+    api.file_create("ent/elsewhere", "x", b"hello", None).await.ok();
+    assert_eq!(stats("ent/elsewhere").await, 5);
+    assert_eq!(stats(P).await, total);
+    content(&api, "ent/elsewhere", &stored[0].0).await.err(404);
+
+    for (name, body) in [
+        ("no project", json!({})),
+        ("bad project", json!({"project_id": "nope"})),
+        ("project not a string", json!({"project_id": 3})),
+    ] {
+        let r = api.post("/files/query_stats", &body).await;
+        assert_eq!(r.status, 400, "{name}: {}", r.text());
+        r.err(400);
+    }
 }

@@ -100,6 +100,7 @@ impl From<StoreError> for ApiError {
             StoreError::Deleted { what, deleted_at } => {
                 ApiError::Deleted { reason: format!("{what} was deleted"), deleted_at }
             }
+            StoreError::Invalid(m) => ApiError::BadRequest(m),
             StoreError::Overloaded => ApiError::Overloaded(e.to_string()),
             e @ StoreError::Rejected(_) => ApiError::BadRequest(e.to_string()),
             StoreError::Backend(m) => ApiError::Internal(m),

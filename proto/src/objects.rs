@@ -1,6 +1,14 @@
 //! Objects and files (CONTRACT §8, §9): request/response shapes and the rules that derive an
 //! object's kind and classes from its value.
 
+mod builtin;
+mod delete;
+mod query;
+
+pub use builtin::apply_builtin_class;
+pub use delete::{DeletedVersion, MAX_DELETE_DIGESTS, ObjDeleteReq, ObjDeleteRes, ObjectsDelete};
+pub use query::{LATEST_ALIAS, ObjQueryReq, ObjSortField, ObjectVersionFilter, ObjectsQuery};
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -19,7 +27,25 @@ pub struct ObjCreate {
     pub project_id: ProjectId,
     pub object_id: String,
     pub val: Value,
+    /// Validate `val` as this built-in class and stamp its class markers (see [`builtin`]).
+    pub builtin_object_class: Option<String>,
+    /// Deprecated alias of `builtin_object_class`.
+    pub set_base_object_class: Option<String>,
     pub expected_digest: Option<String>,
+}
+
+impl ObjCreate {
+    /// The value to store: `val` itself, or `val` as the requested built-in class.
+    pub fn stored_val(&mut self) -> Result<Value, ProtoError> {
+        let val = std::mem::take(&mut self.val);
+        match (self.builtin_object_class.as_deref(), self.set_base_object_class.as_deref()) {
+            (None, None) => Ok(val),
+            (Some(a), Some(b)) if a != b => Err(ProtoError::invalid(format!(
+                "builtin_object_class {a:?} and set_base_object_class {b:?} disagree"
+            ))),
+            (Some(class), _) | (None, Some(class)) => apply_builtin_class(val, class),
+        }
+    }
 }
 
 #[derive(Debug, Serialize)]
@@ -34,6 +60,7 @@ pub struct ObjReadReq {
     pub object_id: String,
     pub digest: String,
     pub metadata_only: Option<bool>,
+    pub include_tags_and_aliases: Option<bool>,
 }
 
 /// Which version `/obj/read` asks for.
@@ -74,6 +101,22 @@ pub struct ObjSchema {
     pub created_at: Micros,
     pub deleted_at: Option<Micros>,
     pub wb_user_id: Option<String>,
+    /// Bytes of the stored value, when asked for (`include_storage_size`).
+    pub size_bytes: Option<i64>,
+    /// When asked for (`include_tags_and_aliases`): see [`ObjSchema::with_tags_and_aliases`].
+    pub tags: Option<Vec<String>>,
+    pub aliases: Option<Vec<String>>,
+}
+
+impl ObjSchema {
+    /// Fills `tags` and `aliases`. Tags are not implemented (always empty); the one alias is the
+    /// implicit `latest` of the newest live version.
+    pub fn with_tags_and_aliases(mut self) -> ObjSchema {
+        self.tags = Some(Vec::new());
+        self.aliases =
+            Some(if self.is_latest == 1 { vec![LATEST_ALIAS.to_owned()] } else { Vec::new() });
+        self
+    }
 }
 
 /// Object names as the SDK sanitises them: non-empty, at most 128 characters, no `/` or `:`
@@ -126,6 +169,16 @@ pub struct FileCreateRes {
 pub struct FileContentReq {
     pub project_id: ProjectId,
     pub digest: String,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct FilesStatsReq {
+    pub project_id: ProjectId,
+}
+
+#[derive(Debug, Serialize)]
+pub struct FilesStatsRes {
+    pub total_size_bytes: u64,
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! `/file/create` (multipart) and `/file/content` (CONTRACT §8). A file is identified by its
+//! `/file/create` (multipart), `/file/content` and `/files/query_stats` (CONTRACT §8). A file is identified by its
 //! content digest only; the digest is the same `bytes_digest` the client computes.
 
 use std::sync::Arc;
@@ -13,10 +13,13 @@ use heddle_api::{ApiError, AppState, Json, Principal, RawBody};
 use heddle_proto::ProjectId;
 use heddle_proto::ProtoError;
 use heddle_proto::digest::bytes_digest;
-use heddle_proto::objects::{FileContentReq, FileCreateRes};
+use heddle_proto::objects::{FileContentReq, FileCreateRes, FilesStatsReq, FilesStatsRes};
 
 pub fn routes() -> Router<Arc<AppState>> {
-    Router::new().route("/file/create", post(create)).route("/file/content", post(content))
+    Router::new()
+        .route("/file/create", post(create))
+        .route("/file/content", post(content))
+        .route("/files/query_stats", post(stats))
 }
 
 fn multipart_error(e: multer::Error) -> ApiError {
@@ -75,4 +78,14 @@ async fn content(
     resp.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static("application/octet-stream"));
     Ok(resp)
+}
+
+async fn stats(
+    State(state): State<Arc<AppState>>,
+    who: Principal,
+    Json(req): Json<FilesStatsReq>,
+) -> Result<axum::Json<FilesStatsRes>, ApiError> {
+    who.check(&req.project_id)?;
+    let total_size_bytes = state.store.files_size(&req.project_id).await?;
+    Ok(axum::Json(FilesStatsRes { total_size_bytes }))
 }

@@ -1,4 +1,4 @@
-//! `/obj/create` and `/obj/read` (CONTRACT §9).
+//! `/obj/create`, `/obj/read`, `/objs/query` and `/obj/delete` (CONTRACT §9).
 
 use std::sync::Arc;
 
@@ -9,14 +9,18 @@ use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::ProtoError;
 use heddle_proto::digest::object_digest;
 use heddle_proto::objects::{
-    ObjCreateReq, ObjCreateRes, ObjReadReq, VersionSel, check_object_id, object_classes,
-    object_kind,
+    ObjCreateReq, ObjCreateRes, ObjDeleteReq, ObjDeleteRes, ObjQueryReq, ObjReadReq, VersionSel,
+    check_object_id, object_classes, object_kind,
 };
 use heddle_store::NewObject;
 use serde_json::{Value, json};
 
 pub fn routes() -> Router<Arc<AppState>> {
-    Router::new().route("/obj/create", post(create)).route("/obj/read", post(read))
+    Router::new()
+        .route("/obj/create", post(create))
+        .route("/obj/read", post(read))
+        .route("/objs/query", post(query))
+        .route("/obj/delete", post(delete))
 }
 
 async fn create(
@@ -24,15 +28,17 @@ async fn create(
     who: Principal,
     Json(req): Json<ObjCreateReq>,
 ) -> Result<axum::Json<ObjCreateRes>, ApiError> {
-    let o = req.obj;
+    let mut o = req.obj;
     who.check(&o.project_id)?;
     check_object_id(&o.object_id)?;
-    let digest = object_digest(&o.val);
+    // The digest is of the value as stored, i.e. after a built-in class stamped it.
+    let stored = o.stored_val()?;
+    let digest = object_digest(&stored);
     if let Some(expected) = o.expected_digest.filter(|d| *d != digest) {
         return Err(ProtoError::DigestMismatch { expected, actual: digest }.into());
     }
-    let (base, leaf) = object_classes(&o.val);
-    let val = serde_json::to_string(&o.val).map_err(|e| ApiError::Internal(e.to_string()))?;
+    let (base, leaf) = object_classes(&stored);
+    let val = serde_json::to_string(&stored).map_err(|e| ApiError::Internal(e.to_string()))?;
     state
         .store
         .create_object(NewObject {
@@ -40,7 +46,7 @@ async fn create(
             object_id: o.object_id.clone(),
             digest: digest.clone(),
             val,
-            kind: object_kind(&o.val),
+            kind: object_kind(&stored),
             base_object_class: base,
             leaf_object_class: leaf,
             wb_user_id: Some(who.user_id().to_owned()),
@@ -61,5 +67,32 @@ async fn read(
         .store
         .read_object(&req.project_id, &req.object_id, &version, req.metadata_only.unwrap_or(false))
         .await?;
+    let obj =
+        if req.include_tags_and_aliases == Some(true) { obj.with_tags_and_aliases() } else { obj };
     Ok(axum::Json(json!({ "obj": obj })))
+}
+
+async fn query(
+    State(state): State<Arc<AppState>>,
+    who: Principal,
+    Json(req): Json<ObjQueryReq>,
+) -> Result<axum::Json<Value>, ApiError> {
+    who.check(&req.project_id)?;
+    let q = req.validate()?;
+    let tags_and_aliases = q.include_tags_and_aliases;
+    let mut objs = state.store.query_objects(q).await?;
+    if tags_and_aliases {
+        objs = objs.into_iter().map(|o| o.with_tags_and_aliases()).collect();
+    }
+    Ok(axum::Json(json!({ "objs": objs })))
+}
+
+async fn delete(
+    State(state): State<Arc<AppState>>,
+    who: Principal,
+    Json(req): Json<ObjDeleteReq>,
+) -> Result<axum::Json<ObjDeleteRes>, ApiError> {
+    who.check(&req.project_id)?;
+    let deleted = state.store.delete_objects(req.validate()?).await?;
+    Ok(axum::Json(ObjDeleteRes { num_deleted: deleted.len() as u64, deleted_versions: deleted }))
 }

@@ -10,10 +10,12 @@ use bytes::Bytes;
 use futures::Stream;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery};
-use heddle_proto::objects::{ObjSchema, VersionSel};
+use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
 use heddle_proto::time::Micros;
 
 pub mod clickhouse;
+pub mod files;
+pub mod objects;
 pub mod sqlite;
 
 #[derive(Debug, thiserror::Error)]
@@ -23,6 +25,9 @@ pub enum StoreError {
     /// The thing existed but was deleted; clients treat this 404 as authoritative.
     #[error("{what} was deleted")]
     Deleted { what: String, deleted_at: Micros },
+    /// The request contradicts what is stored (e.g. an object version of another class).
+    #[error("{0}")]
+    Invalid(String),
     /// The write queue is full: shed load instead of growing memory.
     #[error("storage is overloaded, retry later")]
     Overloaded,
@@ -86,7 +91,9 @@ pub trait Store: Send + Sync + 'static {
     async fn count_calls(&self, q: CallsQuery) -> Result<u64>;
 
     /// Stores an object version if `(project, object_id, digest)` is new (or revives a deleted
-    /// one); a no-op otherwise.
+    /// one, keeping its version index); a no-op when it is live. A version whose base class
+    /// differs from the object's live versions is [`StoreError::Invalid`]
+    /// ([`objects::check_class`]).
     async fn create_object(&self, obj: NewObject) -> Result<()>;
 
     async fn read_object(
@@ -97,10 +104,19 @@ pub trait Store: Send + Sync + 'static {
         metadata_only: bool,
     ) -> Result<ObjSchema>;
 
-    /// Stores file content under its digest (idempotent).
+    /// The live object versions matching `q`, with `is_latest` computed over live versions.
+    async fn query_objects(&self, q: ObjectsQuery) -> Result<Vec<ObjSchema>>;
+
+    /// Soft-deletes the versions `d` names ([`objects::resolve_deletion`]); returns them.
+    async fn delete_objects(&self, d: ObjectsDelete) -> Result<Vec<DeletedVersion>>;
+
+    /// Stores file content under its digest, in chunks ([`files`]); idempotent.
     async fn create_file(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()>;
 
     async fn read_file(&self, project: &ProjectId, digest: &str) -> Result<Bytes>;
+
+    /// Total bytes of the project's files (each digest once).
+    async fn files_size(&self, project: &ProjectId) -> Result<u64>;
 
     async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()>;
 

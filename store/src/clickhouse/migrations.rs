@@ -9,7 +9,10 @@
 use clickhouse::Client;
 
 /// Migrations in order: `(version, statements)`. Append only: never edit one that has shipped.
-const MIGRATIONS: &[(u32, &str)] = &[(1, include_str!("migrations/0001_init.sql"))];
+const MIGRATIONS: &[(u32, &str)] = &[
+    (1, include_str!("migrations/0001_init.sql")),
+    (2, include_str!("migrations/0002_objects_files.sql")),
+];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
 
@@ -94,6 +97,9 @@ mod tests {
         let ours = statements(MIGRATIONS[0].1);
         assert_eq!(ours.len(), 4, "{ours:#?}");
         assert!(ours.iter().all(|s| s.starts_with("CREATE TABLE IF NOT EXISTS")), "{ours:#?}");
+        let v2 = statements(MIGRATIONS[1].1);
+        assert_eq!(v2.len(), 2, "{v2:#?}");
+        assert!(v2.iter().all(|s| s.contains(" IF NOT EXISTS ")), "idempotent: {v2:#?}");
     }
 
     #[test]

@@ -20,16 +20,17 @@ use clickhouse::Client;
 use futures::StreamExt;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{CallPart, CallsQuery};
-use heddle_proto::objects::{ObjSchema, VersionSel};
+use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
 use heddle_proto::time::Micros;
 use serde_json::value::RawValue;
 
 use self::rows::{
-    Blob, CallRow, FileContentRow, FileRow, KeyEntityRow, KeyRow, ObjectMetaRow, ObjectRow,
-    ObjectStateRow, PartRow,
+    Blob, CallRow, ChunkDataRow, FileChunkRow, FileMetaRow, FileRow, KeyEntityRow, KeyRow,
+    LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow, ObjectValRow, PartRow,
 };
 use self::sql::{ObjectBy, Sql};
-use crate::{CallStream, KeyRecord, NewObject, Result, Store, StoreError};
+use crate::objects::{self, LiveVersion};
+use crate::{CallStream, KeyRecord, NewObject, Result, Store, StoreError, files};
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(format!("clickhouse: {e}"))
@@ -169,6 +170,26 @@ async fn part_rows(parts: Vec<CallPart>) -> Result<Vec<PartRow>> {
     .map_err(backend)
 }
 
+fn to_schema(project: &ProjectId, meta: ObjectMetaRow, val: Option<Box<RawValue>>) -> ObjSchema {
+    ObjSchema {
+        project_id: project.clone(),
+        object_id: meta.object_id,
+        digest: meta.digest,
+        version_index: meta.version_index,
+        is_latest: meta.is_latest as i64,
+        kind: meta.kind,
+        base_object_class: meta.base_object_class,
+        leaf_object_class: meta.leaf_object_class,
+        val,
+        created_at: Micros(meta.created_us),
+        deleted_at: meta.deleted_us.map(Micros),
+        wb_user_id: meta.wb_user_id,
+        size_bytes: meta.size_bytes,
+        tags: None,
+        aliases: None,
+    }
+}
+
 fn version_text(v: &VersionSel) -> String {
     match v {
         VersionSel::Latest => "latest".into(),
@@ -250,12 +271,14 @@ impl Store for ClickHouseStore {
             .fetch_one()
             .await
             .map_err(backend)?;
+        if state.found > 0 && state.mine.2 == 0 {
+            return Ok(()); // the version exists: a no-op
+        }
+        let latest_base = (state.live_versions > 0).then_some(state.live_base.0.as_deref());
+        objects::check_class(&o.object_id, latest_base, o.base_object_class.as_deref())?;
         let (version_index, created_at, wb_user_id) = if state.found > 0 {
-            let (index, created_at, deleted, wb_user_id) = state.mine;
-            if deleted == 0 {
-                return Ok(()); // the version exists: a no-op
-            }
             // Revive the deleted version as it was (a newer row of the same digest).
+            let (index, created_at, _, wb_user_id) = state.mine;
             (index, created_at, wb_user_id)
         } else if state.versions == 0 {
             (0, Micros::now().0, o.wb_user_id)
@@ -311,25 +334,83 @@ impl Store for ClickHouseStore {
                 .map_err(backend)?;
             Some(RawValue::from_string(text).map_err(backend)?)
         };
-        Ok(ObjSchema {
-            project_id: project.clone(),
-            object_id: object_id.to_owned(),
-            digest: meta.digest,
-            version_index: meta.version_index,
-            is_latest: meta.is_latest as i64,
-            kind: meta.kind,
-            base_object_class: meta.base_object_class,
-            leaf_object_class: meta.leaf_object_class,
-            val,
-            created_at: Micros(meta.created_us),
-            deleted_at: None,
-            wb_user_id: meta.wb_user_id,
-        })
+        Ok(to_schema(project, meta, val))
+    }
+
+    /// Metadata first (sorted and paged by ClickHouse), then the values of that page only.
+    async fn query_objects(&self, q: ObjectsQuery) -> Result<Vec<ObjSchema>> {
+        if q.matches_nothing {
+            return Ok(Vec::new());
+        }
+        let metas: Vec<ObjectMetaRow> =
+            sql::select_objects(&q).query(&self.client).fetch_all().await.map_err(backend)?;
+        let mut vals = std::collections::HashMap::new();
+        if !q.metadata_only && !metas.is_empty() {
+            let dedup = |mut v: Vec<String>| {
+                v.sort_unstable();
+                v.dedup();
+                v
+            };
+            let ids = dedup(metas.iter().map(|m| m.object_id.clone()).collect());
+            let digests = dedup(metas.iter().map(|m| m.digest.clone()).collect());
+            let rows: Vec<ObjectValRow> =
+                sql::select_object_vals(q.project.as_str(), &ids, &digests)
+                    .query(&self.client)
+                    .fetch_all()
+                    .await
+                    .map_err(backend)?;
+            vals.extend(rows.into_iter().map(|r| ((r.object_id, r.digest), r.val_text)));
+        }
+        metas
+            .into_iter()
+            .map(|meta| {
+                let val = match vals.remove(&(meta.object_id.clone(), meta.digest.clone())) {
+                    Some(text) => Some(RawValue::from_string(text).map_err(backend)?),
+                    None => None,
+                };
+                Ok(to_schema(&q.project, meta, val))
+            })
+            .collect()
+    }
+
+    async fn delete_objects(&self, d: ObjectsDelete) -> Result<Vec<DeletedVersion>> {
+        // The same lock as creates: a create reviving a version and a delete of it serialise.
+        let _guard = self.object_lock(&d.project, &d.object_id).lock().await;
+        let rows: Vec<LiveVersionRow> = sql::live_object_versions(d.project.as_str(), &d.object_id)
+            .query(&self.client)
+            .fetch_all()
+            .await
+            .map_err(backend)?;
+        let live: Vec<LiveVersion> = rows
+            .into_iter()
+            .map(|r| LiveVersion {
+                digest: r.digest,
+                version_index: r.version_index,
+                base_object_class: r.base_object_class,
+                leaf_object_class: r.leaf_object_class,
+            })
+            .collect();
+        let doomed = objects::resolve_deletion(&d.object_id, &live, d.versions.as_deref())?;
+        let digests: Vec<String> = doomed.iter().map(|v| v.digest.clone()).collect();
+        sql::delete_object_versions(
+            d.project.as_str(),
+            &d.object_id,
+            &digests,
+            Micros::now().0,
+            next_version(),
+        )
+        .query(&self.client)
+        .with_setting("wait_end_of_query", "1")
+        .with_setting("async_insert", "0")
+        .execute()
+        .await
+        .map_err(insert_error)?;
+        Ok(doomed.into_iter().map(DeletedVersion::from).collect())
     }
 
     async fn create_file(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()> {
-        // Content-addressed: skip the upload when the digest is stored. A racing duplicate is
-        // the same row and collapses in the ReplacingMergeTree.
+        // Content-addressed: skip the upload when the digest is stored. A racing duplicate
+        // writes the same rows, which collapse in the ReplacingMergeTrees.
         let n: u64 = sql::file_exists(project.as_str(), digest)
             .query(&self.client)
             .fetch_one()
@@ -338,25 +419,52 @@ impl Store for ClickHouseStore {
         if n > 0 {
             return Ok(());
         }
+        let chunks: Vec<FileChunkRow> = files::chunks(&content)
+            .map(|(chunk_index, data)| FileChunkRow {
+                project_id: project.as_str().to_owned(),
+                digest: digest.to_owned(),
+                chunk_index,
+                data: Blob(data),
+            })
+            .collect();
+        // Chunks first: the file row makes the file visible, complete.
+        self.insert::<FileChunkRow>("file_chunks", &chunks).await?;
         let row = FileRow {
             project_id: project.as_str().to_owned(),
             digest: digest.to_owned(),
             size_bytes: content.len() as u64,
-            content: Blob(content),
+            content: Blob::default(),
             created_at: Micros::now().0,
+            n_chunks: files::chunk_count(content.len()),
         };
         self.insert::<FileRow>("files", &[row]).await
     }
 
     async fn read_file(&self, project: &ProjectId, digest: &str) -> Result<Bytes> {
-        let found: Option<FileContentRow> = sql::select_file(project.as_str(), digest)
+        let found: Option<FileMetaRow> = sql::select_file(project.as_str(), digest)
             .query(&self.client)
             .fetch_optional()
             .await
             .map_err(backend)?;
-        found
-            .map(|r| r.content.0)
-            .ok_or_else(|| StoreError::NotFound(format!("file {digest} not found")))
+        let meta = found.ok_or_else(|| StoreError::NotFound(format!("file {digest} not found")))?;
+        if meta.n_chunks == 0 {
+            return Ok(meta.content.0); // stored before chunking, or empty
+        }
+        let parts: Vec<ChunkDataRow> = sql::select_file_chunks(project.as_str(), digest)
+            .query(&self.client)
+            .fetch_all()
+            .await
+            .map_err(backend)?;
+        files::assemble(
+            digest,
+            meta.size_bytes,
+            meta.n_chunks,
+            parts.into_iter().map(|r| r.data.0).collect(),
+        )
+    }
+
+    async fn files_size(&self, project: &ProjectId) -> Result<u64> {
+        sql::files_size(project.as_str()).query(&self.client).fetch_one().await.map_err(backend)
     }
 
     async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()> {

@@ -269,9 +269,10 @@ pub struct ObjectRow {
     pub row_version: u64,
 }
 
-/// A version's metadata as `sql::select_object` selects it.
+/// A version's metadata as `sql::select_object` and `sql::select_objects` select it.
 #[derive(Debug, Row, Deserialize)]
 pub struct ObjectMetaRow {
+    pub object_id: String,
     pub digest: String,
     pub version_index: i64,
     pub is_latest: u8,
@@ -281,6 +282,24 @@ pub struct ObjectMetaRow {
     pub created_us: i64,
     pub deleted_us: Option<i64>,
     pub wb_user_id: Option<String>,
+    pub size_bytes: Option<i64>,
+}
+
+/// What `sql::live_object_versions` selects.
+#[derive(Debug, Row, Deserialize)]
+pub struct LiveVersionRow {
+    pub digest: String,
+    pub version_index: i64,
+    pub base_object_class: Option<String>,
+    pub leaf_object_class: Option<String>,
+}
+
+/// What `sql::select_object_vals` selects.
+#[derive(Debug, Row, Deserialize)]
+pub struct ObjectValRow {
+    pub object_id: String,
+    pub digest: String,
+    pub val_text: String,
 }
 
 /// What `sql::object_state` selects.
@@ -291,8 +310,12 @@ pub struct ObjectStateRow {
     pub found: u8,
     /// (version_index, created_at µs, deleted, wb_user_id) of the digest's newest row.
     pub mine: (i64, i64, u8, Option<String>),
+    /// Base class of the newest live version (meaningless when `live_versions` is 0).
+    pub live_base: (Option<String>,),
+    pub live_versions: u64,
 }
 
+/// A file row; `content` is empty unless the file predates chunking.
 #[derive(Debug, Row, Serialize)]
 pub struct FileRow {
     pub project_id: String,
@@ -300,11 +323,29 @@ pub struct FileRow {
     pub size_bytes: u64,
     pub content: Blob,
     pub created_at: i64,
+    pub n_chunks: u32,
 }
 
+/// What `sql::select_file` selects.
 #[derive(Debug, Row, Deserialize)]
-pub struct FileContentRow {
+pub struct FileMetaRow {
+    pub size_bytes: u64,
+    pub n_chunks: u32,
     pub content: Blob,
+}
+
+/// What `sql::select_file_chunks` selects.
+#[derive(Debug, Row, Deserialize)]
+pub struct ChunkDataRow {
+    pub data: Blob,
+}
+
+#[derive(Debug, Row, Serialize)]
+pub struct FileChunkRow {
+    pub project_id: String,
+    pub digest: String,
+    pub chunk_index: u32,
+    pub data: Blob,
 }
 
 #[derive(Debug, Row, Serialize)]

@@ -10,6 +10,7 @@
 use std::fmt::Write as _;
 
 use heddle_proto::calls::{CallColumn, CallField, CallsFilter, CallsQuery, JsonRoot};
+use heddle_proto::objects::{ObjSortField, ObjectsQuery};
 use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
 
 /// A server-side query parameter.
@@ -162,13 +163,13 @@ pub fn select_calls(q: &CallsQuery) -> Sql {
         sql.push(" AND id IN (SELECT id FROM ");
         calls_from(&mut sql, q);
         order_by(&mut sql, q);
-        paging(&mut sql, q);
+        paging(&mut sql, q.limit, q.offset);
         sql.push(") GROUP BY project_id, id) AS c");
         order_by(&mut sql, q);
     } else {
         calls_from(&mut sql, q);
         order_by(&mut sql, q);
-        paging(&mut sql, q);
+        paging(&mut sql, q.limit, q.offset);
     }
     sql
 }
@@ -183,16 +184,13 @@ fn order_by(sql: &mut Sql, q: &CallsQuery) {
     }
 }
 
-fn paging(sql: &mut Sql, q: &CallsQuery) {
-    match q.limit {
+fn paging(sql: &mut Sql, limit: Option<u64>, offset: u64) {
+    match limit {
         Some(limit) => {
-            sql.push(" LIMIT ")
-                .bind(Param::UInt(limit))
-                .push(" OFFSET ")
-                .bind(Param::UInt(q.offset));
+            sql.push(" LIMIT ").bind(Param::UInt(limit)).push(" OFFSET ").bind(Param::UInt(offset));
         }
-        None if q.offset > 0 => {
-            sql.push(" OFFSET ").bind(Param::UInt(q.offset)).push(" ROWS");
+        None if offset > 0 => {
+            sql.push(" OFFSET ").bind(Param::UInt(offset)).push(" ROWS");
         }
         None => {}
     }
@@ -627,21 +625,48 @@ pub fn doomed_calls(project: &str, ids: &[String]) -> Sql {
 // ---------------------------------------------------------------------------------------------
 // Objects, files, keys
 
-/// Every version of one object, newest row per digest, with `is_latest` (the highest
-/// non-deleted version). Followed by a condition on the versions and `LIMIT 1`.
-const OBJECT_VERSIONS: &str = "SELECT digest, version_index, is_latest, kind, base_object_class,
-    leaf_object_class, created_us, deleted_us, wb_user_id
+/// The versions of objects, newest row per digest, with `is_latest` (the highest non-deleted
+/// version of the object), in the columns of `ObjectMetaRow`. [`object_versions`] completes the
+/// text with the rows' condition; a condition on the versions may follow.
+const OBJECT_VERSIONS: &str = "SELECT object_id, digest, version_index, is_latest, kind,
+    base_object_class, leaf_object_class, created_us, deleted_us, wb_user_id, size_bytes
 FROM (
-    SELECT digest, v.1 AS version_index, v.2 AS kind, v.3 AS base_object_class,
+    SELECT object_id, digest, v.1 AS version_index, v.2 AS kind, v.3 AS base_object_class,
            v.4 AS leaf_object_class, v.5 AS created_us, v.6 AS deleted_us, v.7 AS wb_user_id,
-           ifNull(version_index = max(if(deleted_us IS NULL, version_index, NULL)) OVER (), 0)
-               AS is_latest
+           v.8 AS size_bytes,
+           ifNull(version_index = max(if(deleted_us IS NULL, version_index, NULL))
+                                  OVER (PARTITION BY object_id), 0) AS is_latest
     FROM (
-        SELECT digest,
+        SELECT object_id, digest,
                argMax(tuple(version_index, CAST(kind, 'String'), base_object_class,
                             leaf_object_class, toUnixTimestamp64Micro(created_at),
-                            toUnixTimestamp64Micro(deleted_at), wb_user_id), row_version) AS v
-        FROM objects WHERE project_id = ";
+                            toUnixTimestamp64Micro(deleted_at), wb_user_id, ";
+
+/// Starts a statement over the versions of the project's objects (one object, or the listed
+/// ones, or all); `with_size` reads the values to measure them.
+fn object_versions(project: &str, objects: ObjectsIn<'_>, with_size: bool) -> Sql {
+    let mut sql = Sql::new(OBJECT_VERSIONS);
+    sql.push(if with_size {
+        "CAST(length(val), 'Nullable(Int64)')"
+    } else {
+        "CAST(NULL, 'Nullable(Int64)')"
+    });
+    sql.push("), row_version) AS v FROM objects WHERE project_id = ").bind_str(project);
+    match objects {
+        ObjectsIn::One(id) => sql.push(" AND object_id = ").bind_str(id),
+        ObjectsIn::List(ids) => sql.push(" AND object_id IN ").bind(Param::StrList(ids.to_vec())),
+        ObjectsIn::All => &mut sql,
+    };
+    sql.push(" GROUP BY object_id, digest))");
+    sql
+}
+
+#[derive(Debug, Clone, Copy)]
+enum ObjectsIn<'a> {
+    One(&'a str),
+    List(&'a [String]),
+    All,
+}
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum ObjectBy {
@@ -650,10 +675,9 @@ pub enum ObjectBy {
     Latest,
 }
 
+/// One version of one object (deleted or not: the caller tells deleted versions apart).
 pub fn select_object(project: &str, object_id: &str, by: &ObjectBy) -> Sql {
-    let mut sql = Sql::new(OBJECT_VERSIONS);
-    sql.bind_str(project).push(" AND object_id = ").bind_str(object_id);
-    sql.push(" GROUP BY digest))");
+    let mut sql = object_versions(project, ObjectsIn::One(object_id), false);
     match by {
         ObjectBy::Digest(d) => sql.push(" WHERE digest = ").bind_str(d),
         ObjectBy::Index(i) => {
@@ -665,6 +689,60 @@ pub fn select_object(project: &str, object_id: &str, by: &ObjectBy) -> Sql {
     sql
 }
 
+/// `/objs/query` without the values: the project's live versions matching the filter, sorted
+/// and paged. Every version of an object shares its base class (`objects::check_class`), so
+/// filtering after `is_latest` is computed over all of an object's versions is exact.
+pub fn select_objects(q: &ObjectsQuery) -> Sql {
+    let objects = q.object_ids.as_deref().map_or(ObjectsIn::All, ObjectsIn::List);
+    let mut sql = object_versions(q.project.as_str(), objects, q.include_storage_size);
+    sql.push(" WHERE deleted_us IS NULL");
+    match q.is_op {
+        Some(true) => sql.push(" AND kind = 'op'"),
+        Some(false) => sql.push(" AND kind != 'op'"),
+        None => &mut sql,
+    };
+    if q.latest_only {
+        sql.push(" AND is_latest = 1");
+    }
+    if let Some(classes) = &q.base_object_classes {
+        sql.push(" AND base_object_class IN ").bind(Param::StrList(classes.clone()));
+    }
+    if let Some(classes) = &q.exclude_base_object_classes {
+        sql.push(" AND (base_object_class IS NULL OR base_object_class NOT IN ")
+            .bind(Param::StrList(classes.clone()))
+            .push(")");
+    }
+    if let Some(classes) = &q.leaf_object_classes {
+        sql.push(" AND leaf_object_class IN ").bind(Param::StrList(classes.clone()));
+    }
+    sql.push(" ORDER BY ");
+    for (i, (field, dir)) in q.sort.iter().enumerate() {
+        sql.push(if i > 0 { ", " } else { "" }).push(match field {
+            ObjSortField::ObjectId => "object_id",
+            ObjSortField::CreatedAt => "created_us",
+            ObjSortField::VersionIndex => "version_index",
+        });
+        sql.push(match dir {
+            Direction::Asc => " ASC",
+            Direction::Desc => " DESC",
+        });
+    }
+    paging(&mut sql, q.limit, q.offset);
+    sql
+}
+
+/// The stored values of the listed versions, as `(object_id, digest, val)`: a superset when
+/// several objects are listed (any listed object with any listed digest); callers pick theirs.
+pub fn select_object_vals(project: &str, object_ids: &[String], digests: &[String]) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT object_id, digest, argMax(val, row_version) AS val_text FROM objects WHERE project_id = ",
+    );
+    sql.bind_str(project).push(" AND object_id IN ").bind(Param::StrList(object_ids.to_vec()));
+    sql.push(" AND digest IN ").bind(Param::StrList(digests.to_vec()));
+    sql.push(" GROUP BY object_id, digest");
+    sql
+}
+
 /// The stored value of one version (the newest row of the digest).
 pub fn select_object_val(project: &str, object_id: &str, digest: &str) -> Sql {
     let mut sql = Sql::new("SELECT argMax(val, row_version) FROM objects WHERE project_id = ");
@@ -673,18 +751,77 @@ pub fn select_object_val(project: &str, object_id: &str, digest: &str) -> Sql {
     sql
 }
 
-/// What `create_object` needs to know: whether the digest exists (and its row, to revive it),
-/// and the next version index.
+/// What `create_object` needs to know, over the newest row per digest: whether the digest
+/// exists (and its row, to revive it), the next version index, and the base class of the newest
+/// live version (in a one-element tuple, so that NULL is a value).
 pub fn object_state(project: &str, object_id: &str, digest: &str) -> Sql {
-    let mut sql = Sql::new(
-        "SELECT count() AS versions, max(version_index) AS max_index,
-                countIf(digest = ",
-    );
-    sql.bind_str(digest).push(") > 0 AS found, argMaxIf(tuple(version_index, ");
-    sql.push("toUnixTimestamp64Micro(created_at), deleted_at IS NOT NULL, wb_user_id), ");
-    sql.push("row_version, digest = ").bind_str(digest).push(") AS mine");
+    let mut sql = Sql::new("SELECT count() AS versions, max(v.1) AS max_index, countIf(digest = ");
+    sql.bind_str(digest).push(") > 0 AS found, argMaxIf(tuple(v.1, v.2, v.3, v.4), v.1, digest = ");
+    sql.bind_str(digest).push(") AS mine, ");
+    sql.push("argMaxIf(tuple(v.5), v.1, v.3 = 0) AS live_base, countIf(v.3 = 0) AS live_versions");
+    sql.push(" FROM (SELECT digest, argMax(tuple(version_index, ");
+    sql.push("toUnixTimestamp64Micro(created_at), deleted_at IS NOT NULL, wb_user_id, ");
+    sql.push("base_object_class), row_version) AS v");
     sql.push(" FROM objects WHERE project_id = ").bind_str(project);
     sql.push(" AND object_id = ").bind_str(object_id);
+    sql.push(" GROUP BY digest)");
+    sql
+}
+
+/// The live versions of one object, in the columns of `LiveVersionRow`.
+pub fn live_object_versions(project: &str, object_id: &str) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT digest, v.1 AS version_index, v.2 AS base_object_class, v.3 AS leaf_object_class
+         FROM (SELECT digest, argMax(tuple(version_index, base_object_class, leaf_object_class,
+                                           deleted_at IS NULL), row_version) AS v
+               FROM objects WHERE project_id = ",
+    );
+    sql.bind_str(project).push(" AND object_id = ").bind_str(object_id);
+    sql.push(" GROUP BY digest) WHERE v.4 ORDER BY version_index");
+    sql
+}
+
+/// Soft delete of versions of one object: each digest's newest row written again with
+/// `deleted_at` and a newer `row_version` (ClickHouse copies the value itself).
+pub fn delete_object_versions(
+    project: &str,
+    object_id: &str,
+    digests: &[String],
+    deleted_at: i64,
+    row_version: u64,
+) -> Sql {
+    let mut sql = Sql::new(
+        "INSERT INTO objects (project_id, object_id, digest, version_index, kind,
+             base_object_class, leaf_object_class, val, created_at, deleted_at, wb_user_id,
+             row_version)
+         SELECT project_id, object_id, digest, v.1, v.2, v.3, v.4, v.5, v.6,
+                fromUnixTimestamp64Micro(",
+    );
+    sql.bind(Param::Int(deleted_at)).push(", 'UTC'), v.7, ").bind(Param::UInt(row_version));
+    sql.push(
+        " FROM (SELECT project_id, object_id, digest,
+                    argMax(tuple(version_index, kind, base_object_class, leaf_object_class, val,
+                                 created_at, wb_user_id), row_version) AS v
+                FROM objects WHERE project_id = ",
+    );
+    sql.bind_str(project).push(" AND object_id = ").bind_str(object_id);
+    sql.push(" AND digest IN ").bind(Param::StrList(digests.to_vec()));
+    sql.push(" GROUP BY project_id, object_id, digest)");
+    sql
+}
+
+/// The file row: size, chunk count and (files stored before chunking) the inline content.
+pub fn select_file(project: &str, digest: &str) -> Sql {
+    let mut sql = Sql::new("SELECT size_bytes, n_chunks, content FROM files WHERE project_id = ");
+    sql.bind_str(project).push(" AND digest = ").bind_str(digest).push(" LIMIT 1");
+    sql
+}
+
+/// A file's chunks in order, each once (a repeated upload may have stored them twice).
+pub fn select_file_chunks(project: &str, digest: &str) -> Sql {
+    let mut sql = Sql::new("SELECT data FROM file_chunks WHERE project_id = ");
+    sql.bind_str(project).push(" AND digest = ").bind_str(digest);
+    sql.push(" ORDER BY chunk_index LIMIT 1 BY chunk_index");
     sql
 }
 
@@ -694,9 +831,12 @@ pub fn file_exists(project: &str, digest: &str) -> Sql {
     sql
 }
 
-pub fn select_file(project: &str, digest: &str) -> Sql {
-    let mut sql = Sql::new("SELECT content FROM files WHERE project_id = ");
-    sql.bind_str(project).push(" AND digest = ").bind_str(digest).push(" LIMIT 1");
+/// Total bytes of a project's files, each digest once.
+pub fn files_size(project: &str) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT toUInt64(sum(size)) FROM (SELECT any(size_bytes) AS size FROM files WHERE project_id = ",
+    );
+    sql.bind_str(project).push(" GROUP BY digest)");
     sql
 }
 
@@ -772,11 +912,27 @@ mod tests {
             assert!(!sql.text.contains("DROP"), "{}", sql.text);
             check_placeholders(&sql);
         }
+        let objs: heddle_proto::objects::ObjQueryReq = serde_json::from_value(json!({
+            "project_id": "e/p",
+            "filter": {"object_ids": [evil], "base_object_classes": [evil],
+                       "exclude_base_object_classes": [evil], "leaf_object_classes": [evil],
+                       "is_op": true, "latest_only": true},
+            "sort_by": [{"field": "created_at", "direction": "desc"}],
+            "limit": 3, "offset": 1, "include_storage_size": true
+        }))
+        .unwrap();
+        let list = [evil.to_owned()];
         for sql in [
             object_state(evil, evil, evil),
             select_object_val(evil, evil, evil),
+            select_objects(&objs.validate().unwrap()),
+            select_object_vals(evil, &list, &list),
+            live_object_versions(evil, evil),
+            delete_object_versions(evil, evil, &list, 1, 2),
             file_exists(evil, evil),
             select_file(evil, evil),
+            select_file_chunks(evil, evil),
+            files_size(evil),
             select_key(evil),
         ] {
             assert!(!sql.text.contains("DROP"), "{}", sql.text);

@@ -8,16 +8,22 @@ use rusqlite::Connection;
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_live_calls_index.sql"),
+    include_str!("migrations/0003_objects_files.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
 
 /// Applies every migration newer than the database's version; a no-op when up to date.
 pub fn migrate(conn: &mut Connection) -> rusqlite::Result<i64> {
+    migrate_to(conn, LATEST)
+}
+
+/// Applies the migrations up to version `target` (tests build older schemas with it).
+pub(crate) fn migrate_to(conn: &mut Connection, target: i64) -> rusqlite::Result<i64> {
     loop {
         let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
         let version: i64 = tx.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        let Some(sql) = MIGRATIONS.get(version as usize) else {
+        let Some(sql) = MIGRATIONS.get(version as usize).filter(|_| version < target) else {
             return Ok(version);
         };
         tx.execute_batch(sql)?;
@@ -43,7 +49,7 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(tables, ["api_keys", "calls", "files", "objects"]);
+        assert_eq!(tables, ["api_keys", "calls", "file_chunks", "files", "objects"]);
     }
 
     #[test]

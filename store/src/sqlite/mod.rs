@@ -14,7 +14,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery, derive_summary};
-use heddle_proto::objects::{ObjSchema, VersionSel};
+use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
 use heddle_proto::time::Micros;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -22,7 +22,8 @@ use serde_json::value::RawValue;
 
 use self::sql::ObjectBy;
 use self::writer::{Writer, backend};
-use crate::{CallStream, KeyRecord, NewObject, Result, Store, StoreError};
+use crate::objects::{self, LiveVersion};
+use crate::{CallStream, KeyRecord, NewObject, Result, Store, StoreError, files};
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
 
@@ -192,7 +193,32 @@ fn row_to_object(
         created_at: Micros(r.get(8)?),
         deleted_at: r.get::<_, Option<i64>>(9)?.map(Micros),
         wb_user_id: r.get(10)?,
+        size_bytes: r.get(11)?,
+        tags: None,
+        aliases: None,
     })
+}
+
+fn row_to_live_version(r: &Row<'_>) -> rusqlite::Result<LiveVersion> {
+    Ok(LiveVersion {
+        digest: r.get(0)?,
+        version_index: r.get(1)?,
+        base_object_class: r.get(2)?,
+        leaf_object_class: r.get(3)?,
+    })
+}
+
+fn live_versions(
+    conn: &Connection,
+    project: &ProjectId,
+    object_id: &str,
+) -> Result<Vec<LiveVersion>> {
+    conn.prepare_cached(sql::LIVE_OBJECT_VERSIONS)
+        .and_then(|mut st| {
+            st.query_map(params![project.as_str(), object_id], row_to_live_version)?
+                .collect::<rusqlite::Result<Vec<_>>>()
+        })
+        .map_err(backend)
 }
 
 /// Rows buffered between the reading thread and the HTTP response.
@@ -279,6 +305,21 @@ impl Store for SqliteStore {
     async fn create_object(&self, o: NewObject) -> Result<()> {
         self.writer
             .exec(move |conn| {
+                let live: Option<bool> = conn
+                    .query_row(
+                        sql::OBJECT_VERSION_LIVE,
+                        params![o.project.as_str(), o.object_id, o.digest],
+                        |r| r.get(0),
+                    )
+                    .optional()
+                    .map_err(backend)?;
+                if live == Some(true) {
+                    return Ok(()); // the version exists: a no-op
+                }
+                let versions = live_versions(conn, &o.project, &o.object_id)?;
+                let latest = versions.last().map(|v| v.base_object_class.as_deref());
+                objects::check_class(&o.object_id, latest, o.base_object_class.as_deref())?;
+                // New, or a deleted version revived with its version index.
                 conn.prepare_cached(sql::INSERT_OBJECT)
                     .and_then(|mut st| {
                         st.execute(params![
@@ -295,6 +336,43 @@ impl Store for SqliteStore {
                     })
                     .map_err(backend)?;
                 Ok(())
+            })
+            .await
+    }
+
+    async fn query_objects(&self, q: ObjectsQuery) -> Result<Vec<ObjSchema>> {
+        if q.matches_nothing {
+            return Ok(Vec::new());
+        }
+        let statement = sql::select_objects(&q);
+        self.read(move |conn| {
+            let mut st = conn.prepare(&statement.text).map_err(backend)?;
+            st.query_map(rusqlite::params_from_iter(statement.params.iter()), |r| {
+                row_to_object(&q.project, r, q.metadata_only)
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(backend)
+        })
+        .await
+    }
+
+    async fn delete_objects(&self, d: ObjectsDelete) -> Result<Vec<DeletedVersion>> {
+        self.writer
+            .exec(move |conn| {
+                let live = live_versions(conn, &d.project, &d.object_id)?;
+                let doomed = objects::resolve_deletion(&d.object_id, &live, d.versions.as_deref())?;
+                let digests: Vec<&str> = doomed.iter().map(|v| v.digest.as_str()).collect();
+                conn.execute(
+                    sql::DELETE_OBJECT_VERSIONS,
+                    params![
+                        d.project.as_str(),
+                        d.object_id,
+                        serde_json::to_string(&digests).map_err(backend)?,
+                        Micros::now().0
+                    ],
+                )
+                .map_err(backend)?;
+                Ok(doomed.into_iter().map(DeletedVersion::from).collect())
             })
             .await
     }
@@ -339,13 +417,25 @@ impl Store for SqliteStore {
         let (project, digest) = (project.clone(), digest.to_owned());
         self.writer
             .exec(move |conn| {
+                let p = project.as_str();
+                let exists: bool = conn
+                    .query_row(sql::FILE_EXISTS, params![p, digest], |r| r.get(0))
+                    .map_err(backend)?;
+                if exists {
+                    return Ok(());
+                }
+                // One savepoint: chunks and file row commit together.
+                let mut chunk = conn.prepare_cached(sql::INSERT_FILE_CHUNK).map_err(backend)?;
+                for (i, data) in files::chunks(&content) {
+                    chunk.execute(params![p, digest, i, &data[..]]).map_err(backend)?;
+                }
                 conn.prepare_cached(sql::INSERT_FILE)
                     .and_then(|mut st| {
                         st.execute(params![
-                            project.as_str(),
+                            p,
                             digest,
                             content.len() as i64,
-                            &content[..],
+                            files::chunk_count(content.len()),
                             Micros::now().0
                         ])
                     })
@@ -358,13 +448,37 @@ impl Store for SqliteStore {
     async fn read_file(&self, project: &ProjectId, digest: &str) -> Result<Bytes> {
         let (project, digest) = (project.clone(), digest.to_owned());
         self.read(move |conn| {
-            let content: Option<Vec<u8>> = conn
-                .query_row(sql::SELECT_FILE, params![project.as_str(), digest], |r| r.get(0))
+            let p = project.as_str();
+            let found: Option<(i64, u32, Vec<u8>)> = conn
+                .query_row(sql::SELECT_FILE, params![p, digest], |r| {
+                    Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+                })
                 .optional()
                 .map_err(backend)?;
-            content
-                .map(Bytes::from)
-                .ok_or_else(|| StoreError::NotFound(format!("file {digest} not found")))
+            let Some((size, n_chunks, inline)) = found else {
+                return Err(StoreError::NotFound(format!("file {digest} not found")));
+            };
+            if n_chunks == 0 {
+                return Ok(Bytes::from(inline)); // stored before chunking, or empty
+            }
+            let parts = conn
+                .prepare_cached(sql::SELECT_FILE_CHUNKS)
+                .and_then(|mut st| {
+                    st.query_map(params![p, digest], |r| r.get::<_, Vec<u8>>(0).map(Bytes::from))?
+                        .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(backend)?;
+            files::assemble(&digest, size as u64, n_chunks, parts)
+        })
+        .await
+    }
+
+    async fn files_size(&self, project: &ProjectId) -> Result<u64> {
+        let project = project.clone();
+        self.read(move |conn| {
+            conn.query_row(sql::FILES_SIZE, params![project.as_str()], |r| r.get::<_, i64>(0))
+                .map(|n| n as u64)
+                .map_err(backend)
         })
         .await
     }
@@ -409,4 +523,49 @@ fn tokio_stream_from<T: Send + 'static>(
     mut rx: tokio::sync::mpsc::Receiver<T>,
 ) -> impl futures::Stream<Item = T> + Send {
     futures::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn files_in_chunks_and_files_from_before_chunking() {
+        let dir = tempfile::tempdir().unwrap();
+        let project = ProjectId::parse("e/p").unwrap();
+        {
+            // A database at schema version 2 holding a file the old way (content inline).
+            let mut conn = Connection::open(dir.path().join("heddle.db")).unwrap();
+            assert_eq!(migrations::migrate_to(&mut conn, 2).unwrap(), 2);
+            conn.execute(
+                "INSERT INTO files (project_id, digest, size_bytes, content, created_at)
+                 VALUES ('e/p', 'old', 3, x'616263', 0)",
+                [],
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        assert_eq!(store.read_file(&project, "old").await.unwrap(), Bytes::from_static(b"abc"));
+
+        let content: Bytes = (0..(5usize << 20) / 2).map(|i| (i % 253) as u8).collect();
+        store.create_file(&project, "big", content.clone()).await.unwrap();
+        store.create_file(&project, "big", content.clone()).await.unwrap(); // idempotent
+        let chunks: Vec<(i64, i64)> = store
+            .read(|conn| {
+                let mut st = conn
+                    .prepare(
+                        "SELECT chunk_index, length(data) FROM file_chunks WHERE digest = 'big'
+                         ORDER BY chunk_index",
+                    )
+                    .map_err(backend)?;
+                st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                    .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                    .map_err(backend)
+            })
+            .await
+            .unwrap();
+        assert_eq!(chunks, [(0, 1 << 20), (1, 1 << 20), (2, 1 << 19)], "2.5 MiB in 1 MiB chunks");
+        assert_eq!(store.read_file(&project, "big").await.unwrap(), content);
+        assert_eq!(store.files_size(&project).await.unwrap(), content.len() as u64 + 3);
+    }
 }

@@ -3,6 +3,7 @@
 //! parameters; the only text spliced in is column names and operators chosen from enums here.
 
 use heddle_proto::calls::{CallColumn, CallField, CallsFilter, CallsQuery, JsonRoot};
+use heddle_proto::objects::{ObjSortField, ObjectsQuery};
 use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
 use rusqlite::types::Value;
 
@@ -62,14 +63,23 @@ SELECT ?1, ?2, ?3,
 ON CONFLICT (project_id, object_id, digest) DO UPDATE SET deleted_at = NULL
 ";
 
-/// Columns of an object version; `is_latest` is derived: the newest non-deleted version.
-const OBJECT_COLUMNS: &str = "
-    o.object_id, o.digest, o.version_index,
-    o.version_index = (SELECT MAX(version_index) FROM objects l
+/// Whether a version is the object's latest: the newest non-deleted version (served by the
+/// partial index `objects_live`).
+const IS_LATEST: &str = "(o.version_index = (SELECT MAX(version_index) FROM objects l
                        WHERE l.project_id = o.project_id AND l.object_id = o.object_id
-                         AND l.deleted_at IS NULL) AS is_latest,
-    o.kind, o.base_object_class, o.leaf_object_class, o.val, o.created_at, o.deleted_at,
-    o.wb_user_id";
+                         AND l.deleted_at IS NULL))";
+
+/// Columns of an object version in the order `row_to_object` reads them; the value and its
+/// size only when wanted.
+fn object_columns(val: bool, size: bool) -> String {
+    format!(
+        "o.object_id, o.digest, o.version_index, {IS_LATEST} AS is_latest, o.kind,
+         o.base_object_class, o.leaf_object_class, {}, o.created_at, o.deleted_at, o.wb_user_id,
+         {}",
+        if val { "o.val" } else { "NULL" },
+        if size { "length(CAST(o.val AS BLOB))" } else { "NULL" },
+    )
+}
 
 pub fn select_object(by: ObjectBy) -> String {
     let cond = match by {
@@ -78,7 +88,8 @@ pub fn select_object(by: ObjectBy) -> String {
         ObjectBy::Latest => "o.deleted_at IS NULL ORDER BY o.version_index DESC LIMIT 1",
     };
     format!(
-        "SELECT {OBJECT_COLUMNS} FROM objects o WHERE o.project_id = ?1 AND o.object_id = ?2 AND {cond}"
+        "SELECT {} FROM objects o WHERE o.project_id = ?1 AND o.object_id = ?2 AND {cond}",
+        object_columns(true, false)
     )
 }
 
@@ -89,12 +100,91 @@ pub enum ObjectBy {
     Latest,
 }
 
+/// 1 when the version exists and is live, 0 when it is deleted, no row when it never existed.
+pub const OBJECT_VERSION_LIVE: &str = "SELECT deleted_at IS NULL FROM objects WHERE project_id = ?1 AND object_id = ?2 AND digest = ?3";
+
+/// The live versions of one object.
+pub const LIVE_OBJECT_VERSIONS: &str = "
+SELECT digest, version_index, base_object_class, leaf_object_class FROM objects
+WHERE project_id = ?1 AND object_id = ?2 AND deleted_at IS NULL ORDER BY version_index";
+
+/// Soft delete of the live versions of one object whose digests are in ?3 (a JSON array).
+pub const DELETE_OBJECT_VERSIONS: &str = "
+UPDATE objects SET deleted_at = ?4
+WHERE project_id = ?1 AND object_id = ?2 AND deleted_at IS NULL
+  AND digest IN (SELECT value FROM json_each(?3))";
+
+/// `/objs/query`: the project's live versions matching the filter, sorted and paged.
+pub fn select_objects(q: &ObjectsQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT ")
+        .push(&object_columns(!q.metadata_only, q.include_storage_size))
+        .push(" FROM objects o WHERE o.project_id = ")
+        .bind(q.project.as_str().to_owned())
+        .push(" AND o.deleted_at IS NULL");
+    if let Some(ids) = &q.object_ids {
+        sql.push(" AND o.object_id IN ").bind_list(ids);
+    }
+    match q.is_op {
+        Some(true) => sql.push(" AND o.kind = 'op'"),
+        Some(false) => sql.push(" AND o.kind != 'op'"),
+        None => &mut sql,
+    };
+    if q.latest_only {
+        sql.push(" AND ").push(IS_LATEST);
+    }
+    if let Some(classes) = &q.base_object_classes {
+        sql.push(" AND o.base_object_class IN ").bind_list(classes);
+    }
+    if let Some(classes) = &q.exclude_base_object_classes {
+        sql.push(" AND (o.base_object_class IS NULL OR o.base_object_class NOT IN ")
+            .bind_list(classes)
+            .push(")");
+    }
+    if let Some(classes) = &q.leaf_object_classes {
+        sql.push(" AND o.leaf_object_class IN ").bind_list(classes);
+    }
+    sql.push(" ORDER BY ");
+    for (i, (field, dir)) in q.sort.iter().enumerate() {
+        sql.push(if i > 0 { ", " } else { "" }).push(match field {
+            ObjSortField::ObjectId => "o.object_id",
+            ObjSortField::CreatedAt => "o.created_at",
+            ObjSortField::VersionIndex => "o.version_index",
+        });
+        sql.push(match dir {
+            Direction::Asc => " ASC",
+            Direction::Desc => " DESC",
+        });
+    }
+    if q.limit.is_some() || q.offset > 0 {
+        let limit = q.limit.map_or(-1, |l| l.min(i64::MAX as u64) as i64);
+        sql.push(" LIMIT ").bind(limit).push(" OFFSET ").bind(q.offset.min(i64::MAX as u64) as i64);
+    }
+    sql
+}
+
 pub const INSERT_FILE: &str = "
-INSERT INTO files (project_id, digest, size_bytes, content, created_at) VALUES (?1, ?2, ?3, ?4, ?5)
+INSERT INTO files (project_id, digest, size_bytes, n_chunks, content, created_at)
+VALUES (?1, ?2, ?3, ?4, x'', ?5)
 ON CONFLICT (project_id, digest) DO NOTHING
 ";
 
-pub const SELECT_FILE: &str = "SELECT content FROM files WHERE project_id = ?1 AND digest = ?2";
+pub const INSERT_FILE_CHUNK: &str = "
+INSERT INTO file_chunks (project_id, digest, chunk_index, data) VALUES (?1, ?2, ?3, ?4)
+ON CONFLICT (project_id, digest, chunk_index) DO NOTHING
+";
+
+pub const FILE_EXISTS: &str =
+    "SELECT EXISTS (SELECT 1 FROM files WHERE project_id = ?1 AND digest = ?2)";
+
+/// Size, chunk count, and the inline content of a file stored before chunking.
+pub const SELECT_FILE: &str =
+    "SELECT size_bytes, n_chunks, content FROM files WHERE project_id = ?1 AND digest = ?2";
+
+pub const SELECT_FILE_CHUNKS: &str =
+    "SELECT data FROM file_chunks WHERE project_id = ?1 AND digest = ?2 ORDER BY chunk_index";
+
+pub const FILES_SIZE: &str = "SELECT COALESCE(SUM(size_bytes), 0) FROM files WHERE project_id = ?1";
 
 pub const INSERT_KEY: &str =
     "INSERT INTO api_keys (key_hash, entity, created_at) VALUES (?1, ?2, ?3)";
@@ -494,6 +584,30 @@ mod tests {
         }));
         assert!(!sql.text.contains("DROP"), "{}", sql.text);
         assert_eq!(sql.text.matches('?').count(), sql.params.len());
+    }
+
+    #[test]
+    fn object_queries_bind_user_values() {
+        let evil = "x'); DROP TABLE objects; --";
+        let req: heddle_proto::objects::ObjQueryReq = serde_json::from_value(json!({
+            "project_id": "e/p",
+            "filter": {"object_ids": [evil], "base_object_classes": [evil],
+                       "exclude_base_object_classes": [evil], "leaf_object_classes": [evil],
+                       "is_op": false, "latest_only": true},
+            "sort_by": [{"field": "created_at", "direction": "desc"}],
+            "limit": 3, "offset": 1, "metadata_only": true, "include_storage_size": true
+        }))
+        .unwrap();
+        let sql = select_objects(&req.validate().unwrap());
+        assert!(!sql.text.contains("DROP"), "{}", sql.text);
+        assert_eq!(sql.text.matches('?').count(), sql.params.len());
+        assert!(
+            sql.text.contains(
+                "ORDER BY o.created_at DESC, o.object_id ASC, o.version_index ASC LIMIT ? OFFSET ?"
+            ),
+            "{}",
+            sql.text
+        );
     }
 
     #[test]

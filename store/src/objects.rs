@@ -1,0 +1,136 @@
+//! The rules of object versions every backend applies the same way: which versions a delete
+//! names, and when a new version collides with the object's class. Backends load the live
+//! versions of one object, ask these functions, then write.
+
+use heddle_proto::objects::{DeletedVersion, VersionSel};
+
+use crate::{Result, StoreError};
+
+/// A live (non-deleted) version of an object, as a delete needs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LiveVersion {
+    pub digest: String,
+    pub version_index: i64,
+    pub base_object_class: Option<String>,
+    pub leaf_object_class: Option<String>,
+}
+
+impl From<&LiveVersion> for DeletedVersion {
+    fn from(v: &LiveVersion) -> Self {
+        DeletedVersion {
+            digest: v.digest.clone(),
+            base_object_class: v.base_object_class.clone(),
+            leaf_object_class: v.leaf_object_class.clone(),
+        }
+    }
+}
+
+/// The versions a delete removes, each once, in version order. `versions: None` means all live
+/// versions. Deleted versions are gone for a delete: naming one, or an object with no live
+/// version, is a 404.
+pub fn resolve_deletion<'a>(
+    object_id: &str,
+    live: &'a [LiveVersion],
+    versions: Option<&[VersionSel]>,
+) -> Result<Vec<&'a LiveVersion>> {
+    if live.is_empty() {
+        return Err(StoreError::NotFound(format!("object {object_id} not found")));
+    }
+    let Some(versions) = versions else {
+        let mut all: Vec<&LiveVersion> = live.iter().collect();
+        all.sort_by_key(|v| v.version_index);
+        return Ok(all);
+    };
+    let mut chosen: Vec<&LiveVersion> = Vec::new();
+    let mut missing = Vec::new();
+    for sel in versions {
+        let found = match sel {
+            VersionSel::Latest => live.iter().max_by_key(|v| v.version_index),
+            VersionSel::Index(i) => live.iter().find(|v| v.version_index == *i),
+            VersionSel::Digest(d) => live.iter().find(|v| v.digest == *d),
+        };
+        match found {
+            Some(v) => chosen.push(v),
+            None => missing.push(match sel {
+                VersionSel::Latest => "latest".to_owned(),
+                VersionSel::Index(i) => format!("v{i}"),
+                VersionSel::Digest(d) => d.clone(),
+            }),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(StoreError::NotFound(format!(
+            "object {object_id} has no version {}",
+            missing.join(", ")
+        )));
+    }
+    chosen.sort_by_key(|v| v.version_index);
+    chosen.dedup_by_key(|v| v.version_index);
+    Ok(chosen)
+}
+
+/// Refuses a new version whose base class differs from the object's live versions (the real
+/// server's name/type collision): an object name stays one kind of thing (a `Model`, a
+/// `Dataset`, a plain value) for as long as it has live versions. `latest_live_base` is the
+/// base class of the newest live version, `None` when there is none.
+pub fn check_class(
+    object_id: &str,
+    latest_live_base: Option<Option<&str>>,
+    new_base: Option<&str>,
+) -> Result<()> {
+    match latest_live_base {
+        Some(old) if old != new_base => Err(StoreError::Invalid(format!(
+            "object {object_id} is a {} and cannot get a version that is a {}: \
+             use another name, or delete its versions first",
+            describe(old),
+            describe(new_base)
+        ))),
+        _ => Ok(()),
+    }
+}
+
+fn describe(base: Option<&str>) -> String {
+    base.map_or_else(|| "value without a base object class".to_owned(), |b| format!("{b:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn v(digest: &str, index: i64) -> LiveVersion {
+        LiveVersion {
+            digest: digest.to_owned(),
+            version_index: index,
+            base_object_class: None,
+            leaf_object_class: None,
+        }
+    }
+
+    #[test]
+    fn deletions() {
+        let live = [v("b", 1), v("a", 0), v("d", 3)];
+        let digests = |sels: Option<&[VersionSel]>| -> Result<Vec<String>> {
+            Ok(resolve_deletion("o", &live, sels)?.iter().map(|v| v.digest.clone()).collect())
+        };
+        assert_eq!(digests(None).unwrap(), ["a", "b", "d"]);
+        let sels = [VersionSel::Latest, VersionSel::Digest("d".into()), VersionSel::Index(0)];
+        assert_eq!(digests(Some(&sels)).unwrap(), ["a", "d"], "aliases resolve, each once");
+        for missing in [VersionSel::Index(2), VersionSel::Digest("c".into())] {
+            let sels = [VersionSel::Latest, missing];
+            assert!(matches!(digests(Some(&sels)), Err(StoreError::NotFound(_))));
+        }
+        assert!(matches!(resolve_deletion("o", &[], None), Err(StoreError::NotFound(_))));
+    }
+
+    #[test]
+    fn class_collisions() {
+        assert!(check_class("o", None, Some("Model")).is_ok(), "a new object takes any class");
+        assert!(check_class("o", Some(Some("Model")), Some("Model")).is_ok());
+        assert!(check_class("o", Some(None), None).is_ok());
+        for (old, new) in
+            [(Some("Model"), Some("Dataset")), (None, Some("Model")), (Some("M"), None)]
+        {
+            assert!(matches!(check_class("o", Some(old), new), Err(StoreError::Invalid(_))));
+        }
+    }
+}
