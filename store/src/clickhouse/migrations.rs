@@ -9,9 +9,18 @@
 use clickhouse::Client;
 
 /// Migrations in order: `(version, statements)`. Append only: never edit one that has shipped.
-const MIGRATIONS: &[(u32, &str)] = &[(1, include_str!("migrations/0001_init.sql"))];
+/// Version 2 is taken by another line of work; gaps are fine (versions are recorded, not counted).
+const MIGRATIONS: &[(u32, &str)] = &[
+    (1, include_str!("migrations/0001_init.sql")),
+    (3, include_str!("migrations/0003_tables.sql")),
+];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
+/// Every version this binary knows, in order.
+pub fn versions() -> Vec<u32> {
+    MIGRATIONS.iter().map(|(v, _)| *v).collect()
+}
 
 const CREATE_LOG: &str = "CREATE TABLE IF NOT EXISTS heddle_schema_migrations (
     version    UInt32,
@@ -94,6 +103,9 @@ mod tests {
         let ours = statements(MIGRATIONS[0].1);
         assert_eq!(ours.len(), 4, "{ours:#?}");
         assert!(ours.iter().all(|s| s.starts_with("CREATE TABLE IF NOT EXISTS")), "{ours:#?}");
+        let tables = statements(MIGRATIONS[1].1);
+        assert_eq!(tables.len(), 2, "{tables:#?}");
+        assert!(tables.iter().all(|s| s.starts_with("CREATE TABLE IF NOT EXISTS")), "{tables:#?}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod migrations;
 mod rows;
 pub mod sql;
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -26,10 +27,12 @@ use serde_json::value::RawValue;
 
 use self::rows::{
     Blob, CallRow, FileContentRow, FileRow, KeyEntityRow, KeyRow, ObjectMetaRow, ObjectRow,
-    ObjectStateRow, PartRow,
+    ObjectStateRow, PartRow, StoredRowRow, TableListRow, TableRowRow, TableSliceRow,
 };
 use self::sql::{ObjectBy, Sql};
-use crate::{CallStream, KeyRecord, NewObject, Result, Store, StoreError};
+use crate::{
+    CallStream, KeyRecord, NewObject, NewTable, Result, Store, StoreError, StoredRow, TableSlice,
+};
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(format!("clickhouse: {e}"))
@@ -357,6 +360,81 @@ impl Store for ClickHouseStore {
         found
             .map(|r| r.content.0)
             .ok_or_else(|| StoreError::NotFound(format!("file {digest} not found")))
+    }
+
+    /// Content-addressed like files: rows and the table are inserted only when not yet stored
+    /// (rows first, so a visible table has its rows). A racing duplicate is the same row and
+    /// collapses in the ReplacingMergeTree; reads take one row per digest meanwhile.
+    async fn create_table(&self, t: NewTable) -> Result<()> {
+        let project = t.project.as_str();
+        let mut wanted: Vec<String> = t.rows.iter().map(|r| r.digest.clone()).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let stored = self.read_rows(&t.project, &wanted, false).await?;
+        let now = Micros::now().0;
+        let mut seen = HashSet::new();
+        let rows: Vec<TableRowRow> = t
+            .rows
+            .into_iter()
+            .filter(|r| !stored.contains_key(&r.digest) && seen.insert(r.digest.clone()))
+            .map(|r| TableRowRow {
+                project_id: project.to_owned(),
+                size_bytes: r.val.len() as u64,
+                digest: r.digest,
+                val: r.val,
+                created_at: now,
+            })
+            .collect();
+        self.insert::<TableRowRow>(sql::TABLE_ROWS, &rows).await?;
+        if self.table_slice(&t.project, &t.digest, 0, Some(0)).await?.is_some() {
+            return Ok(());
+        }
+        let table = TableListRow {
+            project_id: project.to_owned(),
+            digest: t.digest,
+            row_count: t.row_digests.len() as u64,
+            row_digests: t.row_digests,
+            created_at: now,
+        };
+        self.insert::<TableListRow>(sql::TABLES, &[table]).await
+    }
+
+    async fn table_slice(
+        &self,
+        project: &ProjectId,
+        digest: &str,
+        offset: u64,
+        limit: Option<u64>,
+    ) -> Result<Option<TableSlice>> {
+        let found: Option<TableSliceRow> = sql::table_slice(project.as_str(), digest, offset, limit)
+            .query(&self.client)
+            .fetch_optional()
+            .await
+            .map_err(backend)?;
+        Ok(found.map(|r| TableSlice { count: r.row_count, row_digests: r.row_digests }))
+    }
+
+    async fn read_rows(
+        &self,
+        project: &ProjectId,
+        digests: &[String],
+        with_val: bool,
+    ) -> Result<HashMap<String, StoredRow>> {
+        if digests.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let rows: Vec<StoredRowRow> = sql::select_table_rows(project.as_str(), digests, with_val)
+            .query(&self.client)
+            .fetch_all()
+            .await
+            .map_err(backend)?;
+        rows.into_iter()
+            .map(|r| {
+                let val =
+                    if with_val { Some(RawValue::from_string(r.val).map_err(backend)?) } else { None };
+                Ok((r.digest, StoredRow { size_bytes: r.size_bytes, val }))
+            })
+            .collect()
     }
 
     async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()> {

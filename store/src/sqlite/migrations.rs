@@ -8,6 +8,7 @@ use rusqlite::Connection;
 const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_live_calls_index.sql"),
+    include_str!("migrations/0003_tables.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -43,7 +44,7 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(tables, ["api_keys", "calls", "files", "objects"]);
+        assert_eq!(tables, ["api_keys", "calls", "files", "objects", "table_rows", "tables"]);
     }
 
     #[test]
