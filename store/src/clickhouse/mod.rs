@@ -411,7 +411,7 @@ impl Store for ClickHouseStore {
             .fetch_optional()
             .await
             .map_err(backend)?;
-        Ok(found.map(|r| TableSlice { count: r.row_count, row_digests: r.row_digests }))
+        Ok(found.map(|r| TableSlice { count: r.row_count, row_digests: r.page }))
     }
 
     async fn read_rows(

@@ -331,7 +331,8 @@ pub struct TableListRow {
 #[derive(Debug, Row, Deserialize)]
 pub struct TableSliceRow {
     pub row_count: u64,
-    pub row_digests: Vec<String>,
+    /// The requested slice of `row_digests`.
+    pub page: Vec<String>,
 }
 
 /// What `sql::select_table_rows` selects.

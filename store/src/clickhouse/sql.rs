@@ -723,18 +723,19 @@ pub fn table_slice(project: &str, digest: &str, offset: u64, limit: Option<u64>)
     if let Some(limit) = limit {
         sql.push(", ").bind(Param::UInt(limit));
     }
-    sql.push(") FROM tables WHERE project_id = ").bind_str(project);
+    sql.push(") AS page FROM tables WHERE project_id = ").bind_str(project);
     sql.push(" AND digest = ").bind_str(digest).push(" LIMIT 1");
     sql
 }
 
-/// The stored rows among `digests`, one per digest; `val` is '' unless `with_val`.
+/// The stored rows among `digests`, one per digest (duplicates are identical); `val` is ''
+/// unless `with_val`, so size lookups do not read the values.
 pub fn select_table_rows(project: &str, digests: &[String], with_val: bool) -> Sql {
-    let val = if with_val { "any(val)" } else { "''" };
-    let mut sql = Sql::new("SELECT digest, any(size_bytes), ");
+    let val = if with_val { "val" } else { "'' AS val" };
+    let mut sql = Sql::new("SELECT digest, size_bytes, ");
     sql.push(val).push(" FROM table_rows WHERE project_id = ").bind_str(project);
     sql.push(" AND digest IN ").bind(Param::StrList(digests.to_vec()));
-    sql.push(" GROUP BY digest");
+    sql.push(" LIMIT 1 BY digest");
     sql
 }
 
