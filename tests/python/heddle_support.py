@@ -396,6 +396,9 @@ class HeddleServer:
                 "serve",
                 "--listen",
                 f"127.0.0.1:{self.port}",
+                # A free port: the default :4317 clashes with any other server on the machine.
+                "--otlp-grpc-listen",
+                "127.0.0.1:0",
                 *self.store_args(),
                 *(self.kafka.serve_args() if self.kafka is not None else []),
                 "--api-key",
