@@ -69,7 +69,10 @@ async fn create_and_read_back() {
     assert_eq!(digest, "1c95cdc46a75d6e7e971986a80adfcd676dd22f2222a3405c7743f3db8df6785");
     assert_eq!(
         row_digests,
-        ["XdhgKMbg1k4iUYb5astpM4ssWXZN95FiEH9cS7NNExA", "5anVsDAOD1DTcuWp3fokIIqsmpQM6aNvJHOHIhriBf4"]
+        [
+            "XdhgKMbg1k4iUYb5astpM4ssWXZN95FiEH9cS7NNExA",
+            "5anVsDAOD1DTcuWp3fokIIqsmpQM6aNvJHOHIhriBf4"
+        ]
     );
     let back = query(&api, P, &digest, json!({"filter": {"row_digests": null}})).await;
     assert_eq!(vals(&back), rows);
@@ -101,9 +104,7 @@ async fn create_and_read_back() {
     assert_eq!(count(&api, P, EMPTY_TABLE).await, 0);
 
     // expected_digest: right → accepted; wrong → 409 and nothing stored under it.
-    let body = |expected: &str| {
-        json!({"table": {"project_id": P, "rows": [{"z": 1}], "expected_digest": expected}})
-    };
+    let body = |expected: &str| json!({"table": {"project_id": P, "rows": [{"z": 1}], "expected_digest": expected}});
     let right = table_digest(&[row_digest(&json!({"z": 1}))]);
     assert_eq!(api.post("/table/create", &body(&right)).await.ok()["digest"], right.as_str());
     api.post("/table/create", &body(&"0".repeat(64))).await.err(409);
@@ -175,7 +176,10 @@ async fn updates_apply_in_order() {
 
     // No updates: the same table.
     let r = api.post("/table/update", &update(json!([]))).await.ok();
-    assert_eq!((r["digest"].as_str(), r["updated_row_digests"].clone()), (Some(base.as_str()), json!([])));
+    assert_eq!(
+        (r["digest"].as_str(), r["updated_row_digests"].clone()),
+        (Some(base.as_str()), json!([]))
+    );
 
     // Bad indexes and rows → 400; nothing changes.
     for bad in [
@@ -242,12 +246,24 @@ async fn query_pages_sorts_and_filters() {
     assert_eq!(indexes(&tail), [245, 246, 247, 248, 249]);
 
     // sort_by: descending number.
-    let r = query(&api, P, &digest, json!({"sort_by": [{"field": "i", "direction": "desc"}],
-                                          "limit": 3})).await;
+    let r = query(
+        &api,
+        P,
+        &digest,
+        json!({"sort_by": [{"field": "i", "direction": "desc"}],
+                                          "limit": 3}),
+    )
+    .await;
     assert_eq!(indexes(&r), [249, 248, 247]);
     // sort_by a string, ascending (s runs opposite to i).
-    let r = query(&api, P, &digest, json!({"sort_by": [{"field": "s", "direction": "asc"}],
-                                          "limit": 2, "offset": 1})).await;
+    let r = query(
+        &api,
+        P,
+        &digest,
+        json!({"sort_by": [{"field": "s", "direction": "asc"}],
+                                          "limit": 2, "offset": 1}),
+    )
+    .await;
     assert_eq!(indexes(&r), [248, 247]);
     // Two keys, one a dot path: m.x ascending, then i descending.
     let r = query(
@@ -303,7 +319,8 @@ async fn query_stats_batch_counts_and_sizes() {
     let server = Server::start();
     let api = server.admin();
     let (one, _) = create_table(&api, P, &[json!({"a": 1})]).await;
-    let (dup, _) = create_table(&api, P, &[json!({"a": 1}), json!({"a": 1}), json!({"bb": 22})]).await;
+    let (dup, _) =
+        create_table(&api, P, &[json!({"a": 1}), json!({"a": 1}), json!({"bb": 22})]).await;
     let body = json!({"project_id": P, "digests": [one, "0".repeat(64), dup, one],
                       "include_storage_size": true});
     let r = api.post("/table/query_stats_batch", &body).await.ok();
@@ -358,10 +375,11 @@ async fn create_from_digests_combines_chunks() {
 
     // Wrong expected digest → 409; unknown or malformed row digests → 400; rows of another
     // project (same entity) are not this project's rows → 400.
-    cfd(json!({"project_id": P, "row_digests": d1, "expected_digest": "0".repeat(64)})).await.err(409);
+    cfd(json!({"project_id": P, "row_digests": d1, "expected_digest": "0".repeat(64)}))
+        .await
+        .err(409);
     let unknown = row_digest(&json!({"never": "stored"}));
-    let reason =
-        cfd(json!({"project_id": P, "row_digests": [d1[0], unknown]})).await.err(400);
+    let reason = cfd(json!({"project_id": P, "row_digests": [d1[0], unknown]})).await.err(400);
     assert!(reason.contains(&unknown), "{reason}");
     cfd(json!({"project_id": P, "row_digests": ["short"]})).await.err(400);
     cfd(json!({"project_id": "ent/elsewhere", "row_digests": d1})).await.err(400);
@@ -400,8 +418,14 @@ async fn large_tables() {
         }
     }
     assert_eq!(got, rows);
-    let r = query(&api, P, &digest, json!({"sort_by": [{"field": "answer", "direction": "desc"}],
-                                          "limit": 2})).await;
+    let r = query(
+        &api,
+        P,
+        &digest,
+        json!({"sort_by": [{"field": "answer", "direction": "desc"}],
+                                          "limit": 2}),
+    )
+    .await;
     assert_eq!(indexes(&r), [4999, 4998]);
 
     let body = json!({"project_id": P, "base_digest": digest,
@@ -436,7 +460,11 @@ async fn tables_keep_tenants_apart() {
     let body = json!({"project_id": "alice/p", "row_digests": bob_rows});
     alice.post("/table/create_from_digests", &body).await.err(400);
     alice.post("/table/query", &json!({"project_id": "alice/p", "digest": bobs})).await.err(404);
-    alice.client_without_auth().post("/table/query_stats", &json!({"project_id": "alice/p", "digest": bobs})).await.err(401);
+    alice
+        .client_without_auth()
+        .post("/table/query_stats", &json!({"project_id": "alice/p", "digest": bobs}))
+        .await
+        .err(401);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -524,7 +552,8 @@ async fn refs_reject_bad_batches() {
     let digest = create_obj(&api, P, "o", json!({"a": 1})).await;
     let good = format!("weave:///{P}/object/o:{digest}");
     assert_eq!(read_refs(&api, &vec![good.clone(); 1000]).await.len(), 1000);
-    let reason = api.post("/refs/read_batch", &json!({"refs": vec![good.clone(); 1001]})).await.err(400);
+    let reason =
+        api.post("/refs/read_batch", &json!({"refs": vec![good.clone(); 1001]})).await.err(400);
     assert!(reason.contains("1001"), "{reason}");
     for bad in [
         format!("weave:///{P}/table/{EMPTY_TABLE}"),

@@ -54,7 +54,10 @@ pub enum Ref {
     Object(ObjectRef),
     Table(TableRef),
     /// Call refs (and other kinds) parse but cannot be read through `/refs/read_batch`.
-    Other { project: ProjectId, kind: String },
+    Other {
+        project: ProjectId,
+        kind: String,
+    },
 }
 
 impl Ref {
@@ -82,7 +85,8 @@ pub fn parse(uri: &str) -> Result<Ref, ProtoError> {
     if parts.len() < 4 {
         return Err(bad(uri, "expected weave:///<entity>/<project>/<kind>/<name>"));
     }
-    let project = ProjectId::from_parts(parts[0], parts[1]).map_err(|e| bad(uri, &e.to_string()))?;
+    let project =
+        ProjectId::from_parts(parts[0], parts[1]).map_err(|e| bad(uri, &e.to_string()))?;
     let (kind, rest) = (parts[2], &parts[3..]);
     match kind {
         "table" => {
@@ -118,7 +122,7 @@ pub fn parse(uri: &str) -> Result<Ref, ProtoError> {
 }
 
 fn parse_extra(uri: &str, parts: &[&str]) -> Result<Vec<Edge>, ProtoError> {
-    if parts.len() % 2 != 0 {
+    if !parts.len().is_multiple_of(2) {
         return Err(bad(uri, "extras must be <edge>/<value> pairs"));
     }
     parts
@@ -166,7 +170,8 @@ mod tests {
 
     #[test]
     fn parses_object_refs_with_extras() {
-        let r = parse("weave:///ent/proj/object/my_ds:abc/attr/rows/id/XYZ/key/a%2Fb%3Ac%25").unwrap();
+        let r =
+            parse("weave:///ent/proj/object/my_ds:abc/attr/rows/id/XYZ/key/a%2Fb%3Ac%25").unwrap();
         assert_eq!(
             r,
             Ref::Object(ObjectRef {

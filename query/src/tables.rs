@@ -17,10 +17,10 @@ use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::ProjectId;
 use heddle_proto::digest::table_digest;
 use heddle_proto::tables::{
-    RowOrder, TableCreateFromDigestsReq, TableCreateFromDigestsRes, TableCreateReq,
-    TableCreateRes, TableQueryReq, TableQueryRes, TableQueryStatsBatchReq, TableQueryStatsReq,
-    TableRowSchema, TableStats, TableUpdateReq, TableUpdateRes, apply_updates, check_expected,
-    check_row_digests, check_rows, non_negative,
+    RowOrder, TableCreateFromDigestsReq, TableCreateFromDigestsRes, TableCreateReq, TableCreateRes,
+    TableQueryReq, TableQueryRes, TableQueryStatsBatchReq, TableQueryStatsReq, TableRowSchema,
+    TableStats, TableUpdateReq, TableUpdateRes, apply_updates, check_expected, check_row_digests,
+    check_rows, non_negative,
 };
 use heddle_store::{NewTable, Store, StoredRow, TableSlice};
 use serde_json::value::RawValue;
@@ -41,7 +41,11 @@ fn unknown_table(digest: &str) -> ApiError {
 }
 
 /// The whole row list of a table, or 404.
-async fn row_list(store: &dyn Store, project: &ProjectId, digest: &str) -> Result<TableSlice, ApiError> {
+async fn row_list(
+    store: &dyn Store,
+    project: &ProjectId,
+    digest: &str,
+) -> Result<TableSlice, ApiError> {
     store.table_slice(project, digest, 0, None).await?.ok_or_else(|| unknown_table(digest))
 }
 
@@ -85,7 +89,10 @@ async fn update(
             rows: out.new_rows,
         })
         .await?;
-    Ok(axum::Json(TableUpdateRes { digest: out.digest, updated_row_digests: out.updated_row_digests }))
+    Ok(axum::Json(TableUpdateRes {
+        digest: out.digest,
+        updated_row_digests: out.updated_row_digests,
+    }))
 }
 
 /// A table over rows already stored (the SDK's chunked upload combines its chunks with this).
@@ -141,8 +148,12 @@ async fn query(
             .table_slice(project, &req.digest, offset, limit)
             .await?
             .ok_or_else(|| unknown_table(&req.digest))?;
-        let page: Vec<(u64, String)> =
-            slice.row_digests.into_iter().enumerate().map(|(i, d)| (offset + i as u64, d)).collect();
+        let page: Vec<(u64, String)> = slice
+            .row_digests
+            .into_iter()
+            .enumerate()
+            .map(|(i, d)| (offset + i as u64, d))
+            .collect();
         let vals = read_vals(store, project, &page).await?;
         return Ok(axum::Json(TableQueryRes { rows: with_vals(page, &vals)? }));
     }

@@ -406,11 +406,12 @@ impl Store for ClickHouseStore {
         offset: u64,
         limit: Option<u64>,
     ) -> Result<Option<TableSlice>> {
-        let found: Option<TableSliceRow> = sql::table_slice(project.as_str(), digest, offset, limit)
-            .query(&self.client)
-            .fetch_optional()
-            .await
-            .map_err(backend)?;
+        let found: Option<TableSliceRow> =
+            sql::table_slice(project.as_str(), digest, offset, limit)
+                .query(&self.client)
+                .fetch_optional()
+                .await
+                .map_err(backend)?;
         Ok(found.map(|r| TableSlice { count: r.row_count, row_digests: r.page }))
     }
 
@@ -430,8 +431,11 @@ impl Store for ClickHouseStore {
             .map_err(backend)?;
         rows.into_iter()
             .map(|r| {
-                let val =
-                    if with_val { Some(RawValue::from_string(r.val).map_err(backend)?) } else { None };
+                let val = if with_val {
+                    Some(RawValue::from_string(r.val).map_err(backend)?)
+                } else {
+                    None
+                };
                 Ok((r.digest, StoredRow { size_bytes: r.size_bytes, val }))
             })
             .collect()

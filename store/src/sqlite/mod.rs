@@ -446,7 +446,8 @@ impl Store for SqliteStore {
             let mut st = conn.prepare_cached(sql::SELECT_TABLE_ROWS).map_err(backend)?;
             let rows = st
                 .query_map(params![project.as_str(), list, with_val], |r| {
-                    let row = StoredRow { size_bytes: r.get::<_, i64>(1)? as u64, val: raw(r.get(2)?)? };
+                    let row =
+                        StoredRow { size_bytes: r.get::<_, i64>(1)? as u64, val: raw(r.get(2)?)? };
                     Ok((r.get::<_, String>(0)?, row))
                 })
                 .and_then(|rows| rows.collect::<rusqlite::Result<HashMap<_, _>>>())
