@@ -71,11 +71,12 @@ struct Walker<'a> {
     store: &'a dyn Store,
     objects: HashMap<(ProjectId, String, String), Option<Value>>,
     tables: HashMap<(ProjectId, String), Option<HashSet<String>>>,
+    rows: HashMap<(ProjectId, String), Option<Value>>,
 }
 
 impl<'a> Walker<'a> {
     fn new(store: &'a dyn Store) -> Walker<'a> {
-        Walker { store, objects: HashMap::new(), tables: HashMap::new() }
+        Walker { store, objects: HashMap::new(), tables: HashMap::new(), rows: HashMap::new() }
     }
 
     /// The value `root` points at, or `None` when it does not resolve.
@@ -173,10 +174,19 @@ impl<'a> Walker<'a> {
         if !self.tables[&key].as_ref().is_some_and(|rows| rows.contains(row)) {
             return Ok(None);
         }
+        let key = (project.clone(), row.to_owned());
+        if let Some(v) = self.rows.get(&key) {
+            return Ok(v.clone());
+        }
         let mut found = self.store.read_rows(project, &[row.to_owned()], true).await?;
-        let Some(raw) = found.remove(row).and_then(|r| r.val) else { return Ok(None) };
-        serde_json::from_str(raw.get())
-            .map(Some)
-            .map_err(|e| ApiError::Internal(format!("stored row {row} is not JSON: {e}")))
+        let val =
+            match found.remove(row).and_then(|r| r.val) {
+                Some(raw) => Some(serde_json::from_str(raw.get()).map_err(|e| {
+                    ApiError::Internal(format!("stored row {row} is not JSON: {e}"))
+                })?),
+                None => None,
+            };
+        self.rows.insert(key, val.clone());
+        Ok(val)
     }
 }

@@ -70,6 +70,10 @@ fn next_version() -> u64 {
     now.max(prev.expect("the update always succeeds") + 1)
 }
 
+/// Row digests per lookup query: 1,000 × 43 characters (plus quoting) stay well under the
+/// 128 KiB a form field may hold.
+const ROWS_PER_LOOKUP: usize = 1000;
+
 /// Stripes of the object-version lock (see `create_object`).
 const OBJECT_LOCKS: usize = 64;
 
@@ -421,24 +425,25 @@ impl Store for ClickHouseStore {
         digests: &[String],
         with_val: bool,
     ) -> Result<HashMap<String, StoredRow>> {
-        if digests.is_empty() {
-            return Ok(HashMap::new());
-        }
-        let rows: Vec<StoredRowRow> = sql::select_table_rows(project.as_str(), digests, with_val)
-            .query(&self.client)
-            .fetch_all()
-            .await
-            .map_err(backend)?;
-        rows.into_iter()
-            .map(|r| {
+        let mut out = HashMap::with_capacity(digests.len());
+        // The digests travel as one query parameter, a form field of the request: batches
+        // keep each under ClickHouse's `http_max_field_value_size` (128 KiB by default).
+        for batch in digests.chunks(ROWS_PER_LOOKUP) {
+            let rows: Vec<StoredRowRow> = sql::select_table_rows(project.as_str(), batch, with_val)
+                .query(&self.client)
+                .fetch_all()
+                .await
+                .map_err(backend)?;
+            for r in rows {
                 let val = if with_val {
                     Some(RawValue::from_string(r.val).map_err(backend)?)
                 } else {
                     None
                 };
-                Ok((r.digest, StoredRow { size_bytes: r.size_bytes, val }))
-            })
-            .collect()
+                out.insert(r.digest, StoredRow { size_bytes: r.size_bytes, val });
+            }
+        }
+        Ok(out)
     }
 
     async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()> {
