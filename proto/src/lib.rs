@@ -10,6 +10,8 @@ pub mod objects;
 pub mod otlp;
 pub mod query;
 pub mod record;
+pub mod refs;
+pub mod tables;
 pub mod time;
 
 pub use error::ProtoError;

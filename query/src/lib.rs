@@ -1,5 +1,5 @@
 //! The query role: every endpoint that reads, plus the low-volume writes whose answer must
-//! reflect them immediately (call update/delete, objects, files).
+//! reflect them immediately (call update/delete, objects, files, tables).
 
 use std::sync::Arc;
 
@@ -10,7 +10,9 @@ mod calls;
 mod files;
 mod graphql;
 mod objects;
+mod refs;
 mod service;
+mod tables;
 
 pub use service::GeoIp;
 
@@ -21,6 +23,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(calls::routes())
         .merge(objects::routes())
         .merge(files::routes())
+        .merge(tables::routes())
+        .merge(refs::routes())
 }
 
 /// Routes that need no API key.

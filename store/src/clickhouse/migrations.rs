@@ -12,9 +12,15 @@ use clickhouse::Client;
 const MIGRATIONS: &[(u32, &str)] = &[
     (1, include_str!("migrations/0001_init.sql")),
     (2, include_str!("migrations/0002_objects_files.sql")),
+    (3, include_str!("migrations/0003_tables.sql")),
 ];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
+
+/// Every version this binary knows, in order.
+pub fn versions() -> Vec<u32> {
+    MIGRATIONS.iter().map(|(v, _)| *v).collect()
+}
 
 const CREATE_LOG: &str = "CREATE TABLE IF NOT EXISTS heddle_schema_migrations (
     version    UInt32,
@@ -100,6 +106,9 @@ mod tests {
         let v2 = statements(MIGRATIONS[1].1);
         assert_eq!(v2.len(), 2, "{v2:#?}");
         assert!(v2.iter().all(|s| s.contains(" IF NOT EXISTS ")), "idempotent: {v2:#?}");
+        let tables = statements(MIGRATIONS[2].1);
+        assert_eq!(tables.len(), 2, "{tables:#?}");
+        assert!(tables.iter().all(|s| s.starts_with("CREATE TABLE IF NOT EXISTS")), "{tables:#?}");
     }
 
     #[test]

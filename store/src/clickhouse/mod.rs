@@ -11,6 +11,7 @@ pub mod migrations;
 mod rows;
 pub mod sql;
 
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -26,11 +27,15 @@ use serde_json::value::RawValue;
 
 use self::rows::{
     Blob, CallRow, ChunkDataRow, FileChunkRow, FileMetaRow, FileRow, KeyEntityRow, KeyRow,
-    LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow, ObjectValRow, PartRow,
+    LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow, ObjectValRow, PartRow, StoredRowRow,
+    TableListRow, TableRowRow, TableSliceRow,
 };
 use self::sql::{ObjectBy, Sql};
 use crate::objects::{self, LiveVersion};
-use crate::{CallStream, KeyRecord, NewObject, Result, Store, StoreError, files};
+use crate::{
+    CallStream, KeyRecord, NewObject, NewTable, Result, Store, StoreError, StoredRow, TableSlice,
+    files,
+};
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
     StoreError::Backend(format!("clickhouse: {e}"))
@@ -67,6 +72,10 @@ fn next_version() -> u64 {
         LAST.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |prev| Some(now.max(prev + 1)));
     now.max(prev.expect("the update always succeeds") + 1)
 }
+
+/// Row digests per lookup query: 1,000 × 43 characters (plus quoting) stay well under the
+/// 128 KiB a form field may hold.
+const ROWS_PER_LOOKUP: usize = 1000;
 
 /// Stripes of the object-version lock (see `create_object`).
 const OBJECT_LOCKS: usize = 64;
@@ -465,6 +474,86 @@ impl Store for ClickHouseStore {
 
     async fn files_size(&self, project: &ProjectId) -> Result<u64> {
         sql::files_size(project.as_str()).query(&self.client).fetch_one().await.map_err(backend)
+    }
+
+    /// Content-addressed like files: rows and the table are inserted only when not yet stored
+    /// (rows first, so a visible table has its rows). A racing duplicate is the same row and
+    /// collapses in the ReplacingMergeTree; reads take one row per digest meanwhile.
+    async fn create_table(&self, t: NewTable) -> Result<()> {
+        let project = t.project.as_str();
+        let mut wanted: Vec<String> = t.rows.iter().map(|r| r.digest.clone()).collect();
+        wanted.sort_unstable();
+        wanted.dedup();
+        let stored = self.read_rows(&t.project, &wanted, false).await?;
+        let now = Micros::now().0;
+        let mut seen = HashSet::new();
+        let rows: Vec<TableRowRow> = t
+            .rows
+            .into_iter()
+            .filter(|r| !stored.contains_key(&r.digest) && seen.insert(r.digest.clone()))
+            .map(|r| TableRowRow {
+                project_id: project.to_owned(),
+                size_bytes: r.val.len() as u64,
+                digest: r.digest,
+                val: r.val,
+                created_at: now,
+            })
+            .collect();
+        self.insert::<TableRowRow>(sql::TABLE_ROWS, &rows).await?;
+        if self.table_slice(&t.project, &t.digest, 0, Some(0)).await?.is_some() {
+            return Ok(());
+        }
+        let table = TableListRow {
+            project_id: project.to_owned(),
+            digest: t.digest,
+            row_count: t.row_digests.len() as u64,
+            row_digests: t.row_digests,
+            created_at: now,
+        };
+        self.insert::<TableListRow>(sql::TABLES, &[table]).await
+    }
+
+    async fn table_slice(
+        &self,
+        project: &ProjectId,
+        digest: &str,
+        offset: u64,
+        limit: Option<u64>,
+    ) -> Result<Option<TableSlice>> {
+        let found: Option<TableSliceRow> =
+            sql::table_slice(project.as_str(), digest, offset, limit)
+                .query(&self.client)
+                .fetch_optional()
+                .await
+                .map_err(backend)?;
+        Ok(found.map(|r| TableSlice { count: r.row_count, row_digests: r.page }))
+    }
+
+    async fn read_rows(
+        &self,
+        project: &ProjectId,
+        digests: &[String],
+        with_val: bool,
+    ) -> Result<HashMap<String, StoredRow>> {
+        let mut out = HashMap::with_capacity(digests.len());
+        // The digests travel as one query parameter, a form field of the request: batches
+        // keep each under ClickHouse's `http_max_field_value_size` (128 KiB by default).
+        for batch in digests.chunks(ROWS_PER_LOOKUP) {
+            let rows: Vec<StoredRowRow> = sql::select_table_rows(project.as_str(), batch, with_val)
+                .query(&self.client)
+                .fetch_all()
+                .await
+                .map_err(backend)?;
+            for r in rows {
+                let val = if with_val {
+                    Some(RawValue::from_string(r.val).map_err(backend)?)
+                } else {
+                    None
+                };
+                out.insert(r.digest, StoredRow { size_bytes: r.size_bytes, val });
+            }
+        }
+        Ok(out)
     }
 
     async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()> {

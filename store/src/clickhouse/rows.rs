@@ -348,6 +348,42 @@ pub struct FileChunkRow {
     pub data: Blob,
 }
 
+/// One row of `table_rows`.
+#[derive(Debug, Row, Serialize)]
+pub struct TableRowRow {
+    pub project_id: String,
+    pub digest: String,
+    pub val: String,
+    pub size_bytes: u64,
+    pub created_at: i64,
+}
+
+/// One row of `tables`.
+#[derive(Debug, Row, Serialize)]
+pub struct TableListRow {
+    pub project_id: String,
+    pub digest: String,
+    pub row_count: u64,
+    pub row_digests: Vec<String>,
+    pub created_at: i64,
+}
+
+/// What `sql::table_slice` selects.
+#[derive(Debug, Row, Deserialize)]
+pub struct TableSliceRow {
+    pub row_count: u64,
+    /// The requested slice of `row_digests`.
+    pub page: Vec<String>,
+}
+
+/// What `sql::select_table_rows` selects.
+#[derive(Debug, Row, Deserialize)]
+pub struct StoredRowRow {
+    pub digest: String,
+    pub size_bytes: u64,
+    pub val: String,
+}
+
 #[derive(Debug, Row, Serialize)]
 pub struct KeyRow {
     pub key_hash: String,

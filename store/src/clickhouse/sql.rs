@@ -848,6 +848,37 @@ pub fn select_key(key_hash: &str) -> Sql {
 
 pub const ANY_ADMIN_KEY: &str = "SELECT count() FROM api_keys WHERE entity IS NULL";
 
+// ---------------------------------------------------------------------------------------------
+// Tables
+
+/// Table rows are written to this table, tables to [`TABLES`] (see migrations/0003_tables.sql).
+pub const TABLE_ROWS: &str = "table_rows";
+pub const TABLES: &str = "tables";
+
+/// A table's row count and the digests at `[offset, offset + limit)`: only the slice of the
+/// (possibly long) array leaves ClickHouse. Duplicate rows of one table are identical: LIMIT 1.
+pub fn table_slice(project: &str, digest: &str, offset: u64, limit: Option<u64>) -> Sql {
+    let mut sql = Sql::new("SELECT row_count, arraySlice(row_digests, 1 + ");
+    sql.bind(Param::UInt(offset));
+    if let Some(limit) = limit {
+        sql.push(", ").bind(Param::UInt(limit));
+    }
+    sql.push(") AS page FROM tables WHERE project_id = ").bind_str(project);
+    sql.push(" AND digest = ").bind_str(digest).push(" LIMIT 1");
+    sql
+}
+
+/// The stored rows among `digests`, one per digest (duplicates are identical); `val` is ''
+/// unless `with_val`, so size lookups do not read the values.
+pub fn select_table_rows(project: &str, digests: &[String], with_val: bool) -> Sql {
+    let val = if with_val { "val" } else { "'' AS val" };
+    let mut sql = Sql::new("SELECT digest, size_bytes, ");
+    sql.push(val).push(" FROM table_rows WHERE project_id = ").bind_str(project);
+    sql.push(" AND digest IN ").bind(Param::StrList(digests.to_vec()));
+    sql.push(" LIMIT 1 BY digest");
+    sql
+}
+
 #[cfg(test)]
 mod tests {
     use heddle_proto::calls::CallsQueryReq;
@@ -933,6 +964,9 @@ mod tests {
             select_file(evil, evil),
             select_file_chunks(evil, evil),
             files_size(evil),
+            table_slice(evil, evil, 3, Some(4)),
+            table_slice(evil, evil, 0, None),
+            select_table_rows(evil, &[evil.to_owned()], true),
             select_key(evil),
         ] {
             assert!(!sql.text.contains("DROP"), "{}", sql.text);

@@ -9,6 +9,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0001_init.sql"),
     include_str!("migrations/0002_live_calls_index.sql"),
     include_str!("migrations/0003_objects_files.sql"),
+    include_str!("migrations/0004_tables.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -49,7 +50,10 @@ mod tests {
             .unwrap()
             .collect::<Result<_, _>>()
             .unwrap();
-        assert_eq!(tables, ["api_keys", "calls", "file_chunks", "files", "objects"]);
+        assert_eq!(
+            tables,
+            ["api_keys", "calls", "file_chunks", "files", "objects", "table_rows", "tables"]
+        );
     }
 
     #[test]

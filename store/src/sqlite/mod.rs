@@ -7,6 +7,7 @@ pub mod migrations;
 mod sql;
 mod writer;
 
+use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
 
@@ -23,7 +24,10 @@ use serde_json::value::RawValue;
 use self::sql::ObjectBy;
 use self::writer::{Writer, backend};
 use crate::objects::{self, LiveVersion};
-use crate::{CallStream, KeyRecord, NewObject, Result, Store, StoreError, files};
+use crate::{
+    CallStream, KeyRecord, NewObject, NewTable, Result, Store, StoreError, StoredRow, TableSlice,
+    files,
+};
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
 
@@ -479,6 +483,91 @@ impl Store for SqliteStore {
             conn.query_row(sql::FILES_SIZE, params![project.as_str()], |r| r.get::<_, i64>(0))
                 .map(|n| n as u64)
                 .map_err(backend)
+        })
+        .await
+    }
+
+    async fn create_table(&self, t: NewTable) -> Result<()> {
+        let list = serde_json::to_string(&t.row_digests).map_err(backend)?;
+        self.writer
+            .exec(move |conn| {
+                let now = Micros::now().0;
+                let project = t.project.as_str();
+                let mut insert_row = conn.prepare_cached(sql::INSERT_TABLE_ROW).map_err(backend)?;
+                for r in &t.rows {
+                    insert_row
+                        .execute(params![project, r.digest, r.val, r.val.len() as i64, now])
+                        .map_err(backend)?;
+                }
+                conn.prepare_cached(sql::INSERT_TABLE)
+                    .and_then(|mut st| {
+                        st.execute(params![
+                            project,
+                            t.digest,
+                            t.row_digests.len() as i64,
+                            list,
+                            now
+                        ])
+                    })
+                    .map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn table_slice(
+        &self,
+        project: &ProjectId,
+        digest: &str,
+        offset: u64,
+        limit: Option<u64>,
+    ) -> Result<Option<TableSlice>> {
+        let (project, digest) = (project.clone(), digest.to_owned());
+        self.read(move |conn| {
+            let count: Option<i64> = conn
+                .prepare_cached(sql::TABLE_COUNT)
+                .and_then(|mut st| {
+                    st.query_row(params![project.as_str(), digest], |r| r.get(0)).optional()
+                })
+                .map_err(backend)?;
+            let Some(count) = count else { return Ok(None) };
+            let count = count as u64;
+            if offset >= count || limit == Some(0) {
+                return Ok(Some(TableSlice { count, row_digests: Vec::new() }));
+            }
+            let limit = limit.map_or(-1, |l| l.min(i64::MAX as u64) as i64);
+            let mut st = conn.prepare_cached(sql::TABLE_PAGE).map_err(backend)?;
+            let row_digests = st
+                .query_map(params![project.as_str(), digest, limit, offset as i64], |r| r.get(0))
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<String>>>())
+                .map_err(backend)?;
+            Ok(Some(TableSlice { count, row_digests }))
+        })
+        .await
+    }
+
+    async fn read_rows(
+        &self,
+        project: &ProjectId,
+        digests: &[String],
+        with_val: bool,
+    ) -> Result<HashMap<String, StoredRow>> {
+        if digests.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let project = project.clone();
+        let list = serde_json::to_string(digests).map_err(backend)?;
+        self.read(move |conn| {
+            let mut st = conn.prepare_cached(sql::SELECT_TABLE_ROWS).map_err(backend)?;
+            let rows = st
+                .query_map(params![project.as_str(), list, with_val], |r| {
+                    let row =
+                        StoredRow { size_bytes: r.get::<_, i64>(1)? as u64, val: raw(r.get(2)?)? };
+                    Ok((r.get::<_, String>(0)?, row))
+                })
+                .and_then(|rows| rows.collect::<rusqlite::Result<HashMap<_, _>>>())
+                .map_err(backend)?;
+            Ok(rows)
         })
         .await
     }

@@ -186,6 +186,33 @@ pub const SELECT_FILE_CHUNKS: &str =
 
 pub const FILES_SIZE: &str = "SELECT COALESCE(SUM(size_bytes), 0) FROM files WHERE project_id = ?1";
 
+pub const INSERT_TABLE_ROW: &str = "
+INSERT INTO table_rows (project_id, digest, val, size_bytes, created_at) VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (project_id, digest) DO NOTHING
+";
+
+/// ?4 is the row digests as a JSON array.
+pub const INSERT_TABLE: &str = "
+INSERT INTO tables (project_id, digest, row_count, row_digests, created_at)
+VALUES (?1, ?2, ?3, ?4, ?5)
+ON CONFLICT (project_id, digest) DO NOTHING
+";
+
+pub const TABLE_COUNT: &str = "SELECT row_count FROM tables WHERE project_id = ?1 AND digest = ?2";
+
+/// A page of a table's row list, in table order (?3 = limit, -1 for all; ?4 = offset).
+pub const TABLE_PAGE: &str = "
+SELECT j.value FROM tables t, json_each(t.row_digests) j
+WHERE t.project_id = ?1 AND t.digest = ?2
+ORDER BY j.key LIMIT ?3 OFFSET ?4
+";
+
+/// The stored rows among ?2 (a JSON array of digests); the value only when ?3 is true.
+pub const SELECT_TABLE_ROWS: &str = "
+SELECT digest, size_bytes, CASE WHEN ?3 THEN val END FROM table_rows
+WHERE project_id = ?1 AND digest IN (SELECT value FROM json_each(?2))
+";
+
 pub const INSERT_KEY: &str =
     "INSERT INTO api_keys (key_hash, entity, created_at) VALUES (?1, ?2, ?3)";
 pub const SELECT_KEY: &str = "SELECT entity FROM api_keys WHERE key_hash = ?1";

@@ -1,0 +1,192 @@
+//! `/refs/read_batch` (CONTRACT §11): reads object and op refs and walks their extras.
+//!
+//! As in the reference server: more than 1000 refs, malformed refs and refs that are not object
+//! or op refs (bare tables, calls) fail the whole request with 400; anything that does not
+//! resolve (unknown or deleted object, missing key, index out of range, row not in the table)
+//! is `null` in its slot. Tenancy: a ref into a project the key may not use is `null` — the
+//! same answer as a missing object, so nothing leaks about other entities — and a walk never
+//! follows an embedded ref out of the project it started in (the reference server's rule too).
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::routing::post;
+use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_proto::ProjectId;
+use heddle_proto::objects::VersionSel;
+use heddle_proto::refs::{self, Edge, MAX_REFS_PER_BATCH, ObjectRef, Ref, RefsReadBatchReq};
+use heddle_store::{Store, StoreError};
+use serde_json::{Value, json};
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new().route("/refs/read_batch", post(read_batch))
+}
+
+/// Embedded refs one walk may follow: a cycle of refs (impossible with content digests, but
+/// `latest` can point anywhere) must not loop.
+const MAX_HOPS: usize = 64;
+
+async fn read_batch(
+    State(state): State<Arc<AppState>>,
+    who: Principal,
+    Json(req): Json<RefsReadBatchReq>,
+) -> Result<axum::Json<Value>, ApiError> {
+    if req.refs.len() > MAX_REFS_PER_BATCH {
+        return Err(ApiError::bad_request(format!(
+            "too many refs: {} (at most {MAX_REFS_PER_BATCH} per request)",
+            req.refs.len()
+        )));
+    }
+    let roots = req
+        .refs
+        .iter()
+        .map(|uri| match refs::parse(uri)? {
+            Ref::Object(o) => Ok(o),
+            Ref::Table(_) => Err(ApiError::bad_request(format!(
+                "{uri}: table refs cannot be read directly; read a row through an object ref"
+            ))),
+            Ref::Other { kind, .. } => {
+                Err(ApiError::bad_request(format!("{uri}: {kind} refs cannot be read")))
+            }
+        })
+        .collect::<Result<Vec<ObjectRef>, ApiError>>()?;
+    let mut walker = Walker::new(&*state.store);
+    let mut vals = Vec::with_capacity(roots.len());
+    for root in roots {
+        let val = if who.may_use_entity(root.project.entity()) {
+            walker.resolve(root).await?
+        } else {
+            None
+        };
+        vals.push(val.unwrap_or(Value::Null));
+    }
+    Ok(axum::Json(json!({ "vals": vals })))
+}
+
+/// Resolves refs against the store, remembering what one request has read already (a batch of
+/// dataset row refs reads the dataset and its row list once).
+struct Walker<'a> {
+    store: &'a dyn Store,
+    objects: HashMap<(ProjectId, String, String), Option<Value>>,
+    tables: HashMap<(ProjectId, String), Option<HashSet<String>>>,
+    rows: HashMap<(ProjectId, String), Option<Value>>,
+}
+
+impl<'a> Walker<'a> {
+    fn new(store: &'a dyn Store) -> Walker<'a> {
+        Walker { store, objects: HashMap::new(), tables: HashMap::new(), rows: HashMap::new() }
+    }
+
+    /// The value `root` points at, or `None` when it does not resolve.
+    async fn resolve(&mut self, root: ObjectRef) -> Result<Option<Value>, ApiError> {
+        let scope = root.project.clone();
+        let Some(mut val) = self.object(&scope, &root.name, &root.version).await? else {
+            return Ok(None);
+        };
+        let mut extra: VecDeque<Edge> = root.extra.into();
+        let mut hops = 0;
+        while let Some(edge) = extra.pop_front() {
+            // An embedded ref with extras still to walk: continue inside what it points at.
+            if let Value::String(s) = &val
+                && refs::is_ref(s)
+            {
+                hops += 1;
+                let Ok(inner) = refs::parse(s) else { return Ok(None) };
+                if hops > MAX_HOPS || *inner.project() != scope {
+                    return Ok(None);
+                }
+                match inner {
+                    Ref::Object(o) => {
+                        let Some(v) = self.object(&scope, &o.name, &o.version).await? else {
+                            return Ok(None);
+                        };
+                        val = v;
+                        extra.push_front(edge);
+                        for e in o.extra.into_iter().rev() {
+                            extra.push_front(e);
+                        }
+                    }
+                    Ref::Table(t) => {
+                        let Edge::Id(row) = edge else { return Ok(None) };
+                        let Some(v) = self.row(&scope, &t.digest, &row).await? else {
+                            return Ok(None);
+                        };
+                        val = v;
+                    }
+                    Ref::Other { .. } => return Ok(None),
+                }
+                continue;
+            }
+            val = match (edge, val) {
+                (Edge::Key(k), Value::Object(mut m)) => match m.remove(&k) {
+                    Some(v) => v,
+                    None => return Ok(None),
+                },
+                (Edge::Index(i), Value::Array(mut a)) => match usize::try_from(i) {
+                    Ok(i) if i < a.len() => a.swap_remove(i),
+                    _ => return Ok(None),
+                },
+                _ => return Ok(None),
+            };
+        }
+        Ok(Some(val))
+    }
+
+    /// An object version's value; `None` when unknown or deleted.
+    async fn object(
+        &mut self,
+        project: &ProjectId,
+        name: &str,
+        version: &VersionSel,
+    ) -> Result<Option<Value>, ApiError> {
+        let key = (project.clone(), name.to_owned(), format!("{version:?}"));
+        if let Some(v) = self.objects.get(&key) {
+            return Ok(v.clone());
+        }
+        let val = match self.store.read_object(project, name, version, false).await {
+            Ok(obj) => match obj.val {
+                Some(raw) => Some(serde_json::from_str(raw.get()).map_err(|e| {
+                    ApiError::Internal(format!("stored value of {name} is not JSON: {e}"))
+                })?),
+                None => Some(Value::Null),
+            },
+            Err(StoreError::NotFound(_) | StoreError::Deleted { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        self.objects.insert(key, val.clone());
+        Ok(val)
+    }
+
+    /// Row `row` of table `table`; `None` unless the table exists and holds that row.
+    async fn row(
+        &mut self,
+        project: &ProjectId,
+        table: &str,
+        row: &str,
+    ) -> Result<Option<Value>, ApiError> {
+        let key = (project.clone(), table.to_owned());
+        if !self.tables.contains_key(&key) {
+            let list = self.store.table_slice(project, table, 0, None).await?;
+            self.tables.insert(key.clone(), list.map(|l| l.row_digests.into_iter().collect()));
+        }
+        if !self.tables[&key].as_ref().is_some_and(|rows| rows.contains(row)) {
+            return Ok(None);
+        }
+        let key = (project.clone(), row.to_owned());
+        if let Some(v) = self.rows.get(&key) {
+            return Ok(v.clone());
+        }
+        let mut found = self.store.read_rows(project, &[row.to_owned()], true).await?;
+        let val =
+            match found.remove(row).and_then(|r| r.val) {
+                Some(raw) => Some(serde_json::from_str(raw.get()).map_err(|e| {
+                    ApiError::Internal(format!("stored row {row} is not JSON: {e}"))
+                })?),
+                None => None,
+            };
+        self.rows.insert(key, val.clone());
+        Ok(val)
+    }
+}
