@@ -151,7 +151,7 @@ pub(crate) struct Outcome {
     pub(crate) ok_requests: usize,
     pub(crate) ok_calls: usize,
     pub(crate) bytes_sent: u64,
-    failures: Vec<String>,
+    pub(crate) failures: Vec<String>,
 }
 
 impl Outcome {
@@ -184,12 +184,49 @@ impl Outcome {
     }
 }
 
+/// Judges the body of a 2xx answer; an `Err` counts the request as failed with that text.
+pub(crate) type AnswerCheck = fn(&[u8]) -> Result<(), String>;
+
+/// How `send_posts` sends its bodies and judges the answers.
+pub(crate) struct Post {
+    pub(crate) content_type: &'static str,
+    pub(crate) accept: &'static str,
+    /// Further headers on every request (e.g. `Content-Encoding`, `project_id`).
+    pub(crate) headers: Vec<(&'static str, String)>,
+    pub(crate) check: Option<AnswerCheck>,
+}
+
+impl Post {
+    /// The call endpoints' JSON bodies.
+    pub(crate) fn json() -> Post {
+        Post {
+            content_type: "application/json",
+            accept: "application/json",
+            headers: Vec::new(),
+            check: None,
+        }
+    }
+}
+
 /// Sends every job to `url` from `concurrency` tasks pulling from one queue; no retries. With
 /// `acks`, the probe id of every acknowledged job is sent there with the time its answer arrived.
 pub(crate) async fn send_all(
     client: &reqwest::Client,
     url: &str,
     key: Option<&str>,
+    jobs: Vec<Job>,
+    concurrency: usize,
+    acks: Option<&AckSink>,
+) -> Outcome {
+    send_posts(client, url, key, &Post::json(), jobs, concurrency, acks).await
+}
+
+/// [`send_all`] with the body format and answer check of `post`.
+pub(crate) async fn send_posts(
+    client: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+    post: &Post,
     jobs: Vec<Job>,
     concurrency: usize,
     acks: Option<&AckSink>,
@@ -203,6 +240,8 @@ pub(crate) async fn send_all(
             let url = url.to_owned();
             let key = key.map(str::to_owned);
             let acks = acks.cloned();
+            let (content_type, accept, check) = (post.content_type, post.accept, post.check);
+            let headers = post.headers.clone();
             tokio::spawn(async move {
                 let mut out = Outcome::default();
                 loop {
@@ -212,11 +251,14 @@ pub(crate) async fn send_all(
                     let req = match job.body {
                         Some(body) => {
                             out.bytes_sent += body.len() as u64;
-                            let req = client
+                            let mut req = client
                                 .post(&url)
-                                .header(CONTENT_TYPE, "application/json")
-                                .header(ACCEPT, "application/json")
+                                .header(CONTENT_TYPE, content_type)
+                                .header(ACCEPT, accept)
                                 .body(body);
+                            for (name, value) in &headers {
+                                req = req.header(*name, value);
+                            }
                             match &key {
                                 Some(k) => req.bearer_auth(k),
                                 None => req,
@@ -232,8 +274,20 @@ pub(crate) async fn send_all(
                     }
                     .await;
                     let elapsed = t.elapsed();
+                    let res = match res {
+                        Ok((status, body)) if status.is_success() => {
+                            match check.map_or(Ok(()), |check| check(&body)) {
+                                Ok(()) => Ok(()),
+                                Err(e) => Err(format!("HTTP {status} but {e}")),
+                            }
+                        }
+                        Ok((status, body)) => {
+                            Err(format!("HTTP {status}: {}", clip(&String::from_utf8_lossy(&body))))
+                        }
+                        Err(e) => Err(format!("transport error: {e}")),
+                    };
                     match res {
-                        Ok((status, _)) if status.is_success() => {
+                        Ok(()) => {
                             if let (Some(acks), Some(probe)) = (&acks, job.probe) {
                                 let _ = acks.send((probe, t + elapsed));
                             }
@@ -241,11 +295,7 @@ pub(crate) async fn send_all(
                             out.ok_requests += 1;
                             out.ok_calls += job.calls;
                         }
-                        Ok((status, body)) => out.failures.push(format!(
-                            "HTTP {status}: {}",
-                            clip(&String::from_utf8_lossy(&body))
-                        )),
-                        Err(e) => out.failures.push(format!("transport error: {e}")),
+                        Err(e) => out.failures.push(e),
                     }
                 }
                 out

@@ -66,15 +66,15 @@ pub(crate) async fn run(args: &Args) -> anyhow::Result<Vec<String>> {
 }
 
 /// One deployment and an API client for it.
-struct Deployment {
-    stack: Stack,
-    api: Api,
-    client: reqwest::Client,
-    key: String,
-    version: String,
+pub(crate) struct Deployment {
+    pub(crate) stack: Stack,
+    pub(crate) api: Api,
+    pub(crate) client: reqwest::Client,
+    pub(crate) key: String,
+    pub(crate) version: String,
 }
 
-async fn deploy(
+pub(crate) async fn deploy(
     args: &Args,
     batch_records: Option<u64>,
     batch_wait_ms: Option<u64>,
@@ -131,15 +131,15 @@ async fn deploy(
 
 /// CPU seconds of the deployment's processes and of the bench at one moment.
 #[derive(Clone, Copy)]
-struct CpuSnap {
-    heddle: Option<f64>,
-    tansu: Option<f64>,
-    clickhouse: Option<f64>,
-    bench: Option<f64>,
+pub(crate) struct CpuSnap {
+    pub(crate) heddle: Option<f64>,
+    pub(crate) tansu: Option<f64>,
+    pub(crate) clickhouse: Option<f64>,
+    pub(crate) bench: Option<f64>,
 }
 
 impl CpuSnap {
-    fn take(stack: &Stack) -> CpuSnap {
+    pub(crate) fn take(stack: &Stack) -> CpuSnap {
         CpuSnap {
             heddle: process_cpu(stack.heddle_pid()),
             tansu: process_cpu(stack.tansu_pid()),
@@ -149,7 +149,7 @@ impl CpuSnap {
     }
 
     /// CPU used between `self` and `later`.
-    fn until(&self, later: &CpuSnap) -> CpuSnap {
+    pub(crate) fn until(&self, later: &CpuSnap) -> CpuSnap {
         let d = |a: Option<f64>, b: Option<f64>| Some(b? - a?);
         CpuSnap {
             heddle: d(self.heddle, later.heddle),
@@ -161,18 +161,18 @@ impl CpuSnap {
 
     /// heddle + tansu + ClickHouse; `None` when ClickHouse's CPU is not measurable (a real
     /// server elsewhere).
-    fn stack_total(&self) -> Option<f64> {
+    pub(crate) fn stack_total(&self) -> Option<f64> {
         Some(self.heddle? + self.tansu? + self.clickhouse?)
     }
 }
 
 /// The server's visibility-lag histogram (cumulative buckets) and the pipeline counters.
 #[derive(Clone, Default)]
-struct Scrape {
+pub(crate) struct Scrape {
     buckets: Vec<(f64, f64)>,
     sum: f64,
     count: f64,
-    produced: f64,
+    pub(crate) produced: f64,
     stored: f64,
     dead_lettered: f64,
 }
@@ -231,7 +231,7 @@ impl Scrape {
 
     /// Quantile `q` of the lag histogram in seconds, interpolated linearly inside the bucket as
     /// Prometheus' `histogram_quantile` does (so only as fine as the bucket bounds).
-    fn quantile(&self, q: f64) -> Option<f64> {
+    pub(crate) fn quantile(&self, q: f64) -> Option<f64> {
         if self.count <= 0.0 {
             return None;
         }
@@ -258,9 +258,9 @@ impl Scrape {
 
 /// Probe lags measured by the bench.
 #[derive(Default)]
-struct Lag {
+pub(crate) struct Lag {
     /// Ack → first poll answer containing the call, sorted.
-    lags: Vec<Duration>,
+    pub(crate) lags: Vec<Duration>,
     /// Probes still invisible at the deadline.
     unseen: usize,
     /// Round trips of the polls, sorted.
@@ -277,28 +277,28 @@ enum Pace {
 }
 
 /// One phase: sent, watched until visible, scraped.
-struct Watched {
-    out: Outcome,
+pub(crate) struct Watched {
+    pub(crate) out: Outcome,
     /// First send → `query_stats` counted every acknowledged call.
-    visible: Option<Duration>,
-    last_count: u64,
-    lag: Lag,
-    server: Scrape,
-    cpu_ack: CpuSnap,
-    cpu_visible: CpuSnap,
+    pub(crate) visible: Option<Duration>,
+    pub(crate) last_count: u64,
+    pub(crate) lag: Lag,
+    pub(crate) server: Scrape,
+    pub(crate) cpu_ack: CpuSnap,
+    pub(crate) cpu_visible: CpuSnap,
 }
 
 impl Watched {
-    fn visible_rate(&self) -> Option<f64> {
+    pub(crate) fn visible_rate(&self) -> Option<f64> {
         self.visible.map(|v| self.out.ok_calls as f64 / v.as_secs_f64().max(1e-9))
     }
 
-    fn ack_rate(&self) -> f64 {
+    pub(crate) fn ack_rate(&self) -> f64 {
         self.out.ok_calls as f64 / self.out.wall.as_secs_f64().max(1e-9)
     }
 
     /// Records the phase's problems.
-    fn check(&self, phase: &str, problems: &mut Vec<String>) {
+    pub(crate) fn check(&self, phase: &str, problems: &mut Vec<String>) {
         self.out.check(phase, problems);
         if self.visible.is_none() {
             problems.push(format!(
@@ -338,12 +338,17 @@ impl Watched {
 
 /// Keeps the probe id on at most `max` jobs, evenly spread.
 fn thin_probes(jobs: &mut [Job], max: usize) {
-    let stride = jobs.len().div_ceil(max.max(1)).max(1);
+    let n = jobs.len();
     for (i, job) in jobs.iter_mut().enumerate() {
-        if max == 0 || i % stride != 0 {
+        if !keeps_probe(i, n, max) {
             job.probe = None;
         }
     }
+}
+
+/// Whether request `i` of `n` keeps its probe when at most `max` are kept, evenly spread.
+pub(crate) fn keeps_probe(i: usize, n: usize, max: usize) -> bool {
+    max > 0 && i.is_multiple_of(n.div_ceil(max).max(1))
 }
 
 async fn write_watched(
@@ -357,6 +362,30 @@ async fn write_watched(
     let url = format!("{}/v2/{}/{}/calls/complete", d.stack.url, pct(entity), pct(name));
     thin_probes(&mut jobs, args.lag_samples);
     let expected: usize = jobs.iter().map(|j| j.calls).sum();
+    let (client, key) = (&d.client, d.key.as_str());
+    watch_phase(d, args, project, expected, |acks| async move {
+        match pace {
+            Pace::Concurrent(n) => send_all(client, &url, Some(key), jobs, n, Some(&acks)).await,
+            Pace::Every(gap) => send_paced(client, &url, key, jobs, gap, &acks).await,
+        }
+    })
+    .await
+}
+
+/// Runs `send` (which must report every acknowledged probe to the sink it is given) while
+/// watching `project` until `calls/query_stats` counts every acknowledged call (`expected` at
+/// most), measuring probe lags, the server's lag histogram and CPU use.
+pub(crate) async fn watch_phase<F, Fut>(
+    d: &Deployment,
+    args: &Args,
+    project: &str,
+    expected: usize,
+    send: F,
+) -> Watched
+where
+    F: FnOnce(AckSink) -> Fut,
+    Fut: std::future::Future<Output = Outcome>,
+{
     let poll = Duration::from_millis(args.poll_ms);
     let before = scrape(&d.api).await;
 
@@ -375,13 +404,7 @@ async fn write_watched(
         poll,
         deadline,
     ));
-    let out = match pace {
-        Pace::Concurrent(n) => {
-            send_all(&d.client, &url, Some(&d.key), jobs, n, Some(&ack_tx)).await
-        }
-        Pace::Every(gap) => send_paced(&d.client, &url, &d.key, jobs, gap, &ack_tx).await,
-    };
-    drop(ack_tx);
+    let out = send(ack_tx).await;
     let cpu1 = CpuSnap::take(&d.stack);
     let _ = target_tx.send(out.ok_calls as u64);
     let (visible, last_count) = count_task.await.unwrap_or((None, 0));
@@ -527,8 +550,8 @@ async fn lag_poller(
     lag
 }
 
-/// Streams `project` back and checks it against what was written; true when nothing was wrong.
-async fn exactly_once(
+/// Streams `project` back and checks it against what was written.
+pub(crate) async fn exactly_once(
     api: &Api,
     project: &str,
     written: &Written,
@@ -537,7 +560,14 @@ async fn exactly_once(
     let before = problems.len();
     match api.stream_all(project).await {
         Ok(read) => {
-            verify_stream(&read, project, &written.ids, &written.sample, problems);
+            verify_stream(
+                &read,
+                project,
+                &written.ids,
+                &written.sample,
+                written.sample_check,
+                problems,
+            );
             for p in &mut problems[before..] {
                 *p = format!("{project}: {p}");
             }
@@ -885,7 +915,7 @@ fn push_phase_rows(
     lag_rows.push(lag_row(load, w));
 }
 
-fn lag_row(load: &str, w: &Watched) -> String {
+pub(crate) fn lag_row(load: &str, w: &Watched) -> String {
     let l = &w.lag.lags;
     let s = &w.server;
     let sec = |v: Option<f64>| v.map_or("–".into(), |v| format!("{:.0}", v * 1e3));
@@ -1022,15 +1052,15 @@ async fn sweep(
     Ok(())
 }
 
-fn pctl(sorted: &[Duration], p: f64) -> Option<Duration> {
+pub(crate) fn pctl(sorted: &[Duration], p: f64) -> Option<Duration> {
     percentile(sorted, p)
 }
 
-fn ms(d: Option<Duration>) -> String {
+pub(crate) fn ms(d: Option<Duration>) -> String {
     d.map_or("–".into(), |d| format!("{:.2}", d.as_secs_f64() * 1e3))
 }
 
-fn ms0(d: Option<Duration>) -> String {
+pub(crate) fn ms0(d: Option<Duration>) -> String {
     d.map_or("–".into(), |d| format!("{:.0}", d.as_secs_f64() * 1e3))
 }
 
@@ -1038,7 +1068,7 @@ fn sec0(s: Option<f64>) -> String {
     s.map_or("–".into(), |s| format!("{:.0}", s * 1e3))
 }
 
-fn opt(v: Option<f64>, digits: usize) -> String {
+pub(crate) fn opt(v: Option<f64>, digits: usize) -> String {
     v.map_or("–".into(), |v| format!("{v:.digits$}"))
 }
 

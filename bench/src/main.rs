@@ -19,6 +19,10 @@
 //! acknowledged and visible calls/s, visibility lag and exactness (see `distributed.rs`); with
 //! --sweep-records / --sweep-wait-ms it compares consumer batch limits.
 //!
+//! With `--otlp` (embedded or `--distributed`) it measures OpenTelemetry trace ingest instead:
+//! LLM-agent spans over OTLP/HTTP protobuf (plain and gzip) and OTLP/gRPC against the same calls
+//! through calls/complete (see `otlp.rs`).
+//!
 //! Prints a markdown table on stdout (progress goes to stderr). Any non-2xx answer, transport
 //! error or count mismatch is reported verbatim and makes the command exit non-zero; nothing is
 //! retried.
@@ -26,6 +30,7 @@
 mod client;
 mod distributed;
 mod machine;
+mod otlp;
 mod report;
 mod server;
 mod stack;
@@ -43,7 +48,7 @@ use crate::client::{Api, Job, send_all};
 use crate::machine::{CpuMeter, Machine, dir_size};
 use crate::report::{Row, print_table};
 use crate::server::Server;
-use crate::verify::verify_stream;
+use crate::verify::{SampleCheck, verify_stream};
 use crate::workload::generate;
 
 #[derive(Parser, Debug)]
@@ -148,13 +153,45 @@ struct Args {
     /// Give up waiting for acknowledged calls to become visible after this long per phase.
     #[arg(long, default_value_t = 300, help_heading = "Distributed mode")]
     visible_timeout_s: u64,
+
+    /// OTLP ingest benchmark instead of the calls phases: LLM-agent traces through each of
+    /// --otlp-transports (and the same calls through calls/complete), in embedded mode or with
+    /// --distributed.
+    #[arg(long, help_heading = "OTLP ingest")]
+    otlp: bool,
+    /// Spans sent per transport [default: 40960; 20480 with --distributed].
+    #[arg(long, help_heading = "OTLP ingest")]
+    otlp_spans: Option<usize>,
+    /// Spans per export request (an OpenTelemetry BatchSpanProcessor's default batch is 512).
+    #[arg(long, default_value_t = 512, help_heading = "OTLP ingest")]
+    otlp_batch: usize,
+    /// `chat` spans under each `invoke_agent` root span.
+    #[arg(long, default_value_t = 4, help_heading = "OTLP ingest")]
+    otlp_children: usize,
+    /// Transports, in order (comma-separated): calls (the calls/complete baseline), calls-dump
+    /// (the same calls with the otel_dump heddle keeps for a span), http (OTLP/HTTP protobuf),
+    /// http-gzip, grpc, grpc-gzip.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "calls,http,http-gzip,grpc",
+        help_heading = "OTLP ingest"
+    )]
+    otlp_transports: Vec<String>,
+    /// With --url: the server's OTLP/gRPC address (e.g. http://127.0.0.1:4317).
+    #[arg(long, help_heading = "OTLP ingest")]
+    otlp_grpc_url: Option<String>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
-    let problems =
-        if args.distributed { distributed::run(&args).await? } else { run(args).await? };
+    let problems = match (args.otlp, args.distributed) {
+        (true, false) => otlp::run_embedded(&args).await?,
+        (true, true) => otlp::run_distributed(&args).await?,
+        (false, true) => distributed::run(&args).await?,
+        (false, false) => run(args).await?,
+    };
     if !problems.is_empty() {
         eprintln!("\nFAILED: the server misbehaved or the run is incomplete:");
         for p in &problems {
@@ -268,7 +305,7 @@ async fn run(args: Args) -> anyhow::Result<Vec<String>> {
     let cpu = cpu.stop();
     match read {
         Ok(read) => {
-            verify_stream(&read, &project, &ids, &sample, &mut problems);
+            verify_stream(&read, &project, &ids, &sample, SampleCheck::Exact, &mut problems);
             rows.push(Row {
                 name: "read, `calls/stream_query` (1 stream)".into(),
                 requests: 1,

@@ -15,6 +15,8 @@ pub(crate) struct Server {
     child: Child,
     dir: PathBuf,
     keep: bool,
+    /// Where the server's OTLP/gRPC listens (`None` if it did not say within a few seconds).
+    pub(crate) grpc_url: Option<String>,
 }
 
 impl Server {
@@ -30,7 +32,14 @@ impl Server {
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
         let log = File::create(dir.join("server.log"))?;
         let mut child = Command::new(bin)
-            .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--otlp-grpc-listen",
+                "127.0.0.1:0",
+                "--data-dir",
+            ])
             .arg(dir.join("data"))
             .arg("--api-key")
             .arg(key)
@@ -41,20 +50,28 @@ impl Server {
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
         let stdout = child.stdout.take().context("server stdout")?;
-        let server = Server { child, dir, keep };
+        let mut server = Server { child, dir, keep, grpc_url: None };
         let (tx, rx) = std::sync::mpsc::channel();
+        let (grpc_tx, grpc_rx) = std::sync::mpsc::channel();
         std::thread::spawn(move || {
             // Keeps draining stdout so the server never blocks on a full pipe.
             for line in BufReader::new(stdout).lines() {
                 let Ok(line) = line else { break };
+                let url =
+                    |rest: &str| rest.split_whitespace().next().unwrap_or_default().to_owned();
                 if let Some(rest) = line.strip_prefix("heddle listening on ") {
-                    let url = rest.split_whitespace().next().unwrap_or_default().to_owned();
-                    let _ = tx.send(url);
+                    let _ = tx.send(url(rest));
+                } else if let Some(rest) = line.strip_prefix("heddle OTLP/gRPC listening on ") {
+                    let _ = grpc_tx.send(url(rest));
                 }
             }
         });
         match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(url) => Ok((server, url)),
+            Ok(url) => {
+                // Printed right after the HTTP address by servers that have OTLP/gRPC.
+                server.grpc_url = grpc_rx.recv_timeout(Duration::from_secs(5)).ok();
+                Ok((server, url))
+            }
             Err(_) => {
                 let log =
                     std::fs::read_to_string(server.dir.join("server.log")).unwrap_or_default();

@@ -65,6 +65,8 @@ pub(crate) struct Stack {
     clickhouse: Option<Proc>,
     tansu: Proc,
     pub(crate) url: String,
+    /// heddle's OTLP/gRPC address (`None` if it did not print one).
+    pub(crate) grpc_url: Option<String>,
     pub(crate) brokers: String,
     pub(crate) clickhouse_url: String,
     /// The database heddle uses on a real ClickHouse.
@@ -176,7 +178,7 @@ impl Stack {
                                 cfg.python.display()
                             )
                         })?;
-                let url = url.context("the adapter's URL")?;
+                let url = url.first().cloned().context("the adapter's URL")?;
                 (Some(proc), url, None)
             }
         };
@@ -186,7 +188,8 @@ impl Stack {
 
         // heddle, every role in one process.
         let mut cmd = Command::new(cfg.heddle_bin);
-        cmd.args(["serve", "--listen", "127.0.0.1:0", "--kafka", &brokers])
+        cmd.args(["serve", "--listen", "127.0.0.1:0", "--otlp-grpc-listen", "127.0.0.1:0"]);
+        cmd.args(["--kafka", &brokers])
             .args(["--clickhouse", &clickhouse_url, "--api-key", cfg.key])
             .env("RUST_LOG", "info,tower_http=warn");
         if let Some(db) = &database {
@@ -198,13 +201,15 @@ impl Stack {
         if let Some(n) = cfg.batch_wait_ms {
             cmd.args(["--batch-wait-ms", &n.to_string()]);
         }
-        let (heddle, url) = spawn("heddle", cmd, &dir.join("heddle.log"), true)?;
-        let url = url.context("heddle's URL")?;
+        let (heddle, urls) = spawn("heddle", cmd, &dir.join("heddle.log"), true)?;
+        let url = urls.first().cloned().context("heddle's URL")?;
+        let grpc_url = urls.get(1).cloned();
         Ok(Stack {
             heddle,
             clickhouse,
             tansu,
             url,
+            grpc_url,
             brokers,
             clickhouse_url,
             drop_database: database.is_some() && cfg.clickhouse_database.is_none() && !cfg.keep,
@@ -271,34 +276,37 @@ fn free_port() -> anyhow::Result<u16> {
 }
 
 /// Starts `cmd` with stderr (and stdout, unless `announce`) appended to `log`. With `announce`,
-/// waits for a stdout line "... listening on URL" and returns the URL; stdout keeps being drained.
+/// waits for a stdout line "... listening on URL" and returns its URL, followed by the URL of a
+/// second such line if one comes within a second (heddle's OTLP/gRPC address); stdout keeps
+/// being drained.
 fn spawn(
     name: &'static str,
     mut cmd: Command,
     log: &Path,
     announce: bool,
-) -> anyhow::Result<(Proc, Option<String>)> {
+) -> anyhow::Result<(Proc, Vec<String>)> {
     let file = File::create(log).with_context(|| format!("creating {}", log.display()))?;
     cmd.stdin(Stdio::null()).stderr(file.try_clone()?);
     cmd.stdout(if announce { Stdio::piped() } else { Stdio::from(file) });
     let mut child = cmd.spawn().with_context(|| format!("starting {name}"))?;
     let stdout = if announce { child.stdout.take() } else { None };
     let proc = Proc { name, child, log: log.to_owned() };
-    let Some(stdout) = stdout else { return Ok((proc, None)) };
+    let Some(stdout) = stdout else { return Ok((proc, Vec::new())) };
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut tx = Some(tx);
         for line in BufReader::new(stdout).lines() {
             let Ok(line) = line else { break };
-            if let Some((_, rest)) = line.split_once(" listening on ")
-                && let Some(tx) = tx.take()
-            {
+            if let Some((_, rest)) = line.split_once(" listening on ") {
                 let _ = tx.send(rest.split_whitespace().next().unwrap_or_default().to_owned());
             }
         }
     });
     match rx.recv_timeout(Duration::from_secs(60)) {
-        Ok(url) => Ok((proc, Some(url))),
+        Ok(url) => {
+            let mut urls = vec![url];
+            urls.extend(rx.recv_timeout(Duration::from_secs(1)).ok());
+            Ok((proc, urls))
+        }
         Err(_) => bail!("{name} did not print its address within 60 s; its log:\n{}", {
             let text = proc.log_text();
             clip(&text[text.len().saturating_sub(2000)..])

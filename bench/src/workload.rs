@@ -7,12 +7,14 @@ use serde_json::{Value, json};
 use uuid::Uuid;
 
 use crate::client::Job;
+use crate::verify::SampleCheck;
 
 pub(crate) struct Written {
     pub(crate) jobs: Vec<Job>,
     pub(crate) ids: HashSet<String>,
     /// The first call generated, kept to compare with what comes back.
     pub(crate) sample: Value,
+    pub(crate) sample_check: SampleCheck,
     pub(crate) body_bytes: usize,
     pub(crate) item_bytes: usize,
     pub(crate) inputs_bytes: usize,
@@ -34,6 +36,7 @@ pub(crate) fn generate(
         jobs: Vec::with_capacity(n.div_ceil(batch)),
         ids: HashSet::with_capacity(n),
         sample: Value::Null,
+        sample_check: SampleCheck::Exact,
         body_bytes: 0,
         item_bytes: 0,
         inputs_bytes: 0,
