@@ -228,8 +228,14 @@ fn nested(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> Value {
 }
 
 /// The original span, readable: hex ids, RFC 3339 times, nested attributes (the Weave
-/// server's `otel_dump` shape).
-fn dump(span: &Span, resource: Option<&Resource>, scope: &Scope, parent: Option<&str>) -> Value {
+/// server's `otel_dump` shape). `attributes` are the span's, already decoded.
+fn dump(
+    span: &Span,
+    attributes: Value,
+    resource: Option<&Resource>,
+    scope: &Scope,
+    parent: Option<&str>,
+) -> Value {
     let status = span.status.clone().unwrap_or_default();
     json!({
         "name": span.name,
@@ -243,7 +249,7 @@ fn dump(span: &Span, resource: Option<&Resource>, scope: &Scope, parent: Option<
         "start_time": micros(span.start_time_unix_nano).to_rfc3339(),
         "end_time": micros(span.end_time_unix_nano).to_rfc3339(),
         "status": {"code": status_name(status.code), "message": status.message},
-        "attributes": nested(&span.attributes),
+        "attributes": attributes,
         "events": span.events.iter().map(|e| json!({
             "name": e.name,
             "timestamp": e.time_unix_nano,
@@ -288,6 +294,8 @@ pub fn to_call(
     let status = span.status.clone().unwrap_or_default();
 
     let mut attrs = Attributes { flat: flat(&span.attributes), used: Vec::new() };
+    // Decoded once (string attributes holding JSON are parsed): the dump reuses them.
+    let dumped_attributes = Value::Object(nest(attrs.flat.iter().map(|(k, v)| (k.as_str(), v))));
     events_as_attributes(span, &mut attrs);
     let inputs = inputs(attrs.take_first(conv::INPUT_KEYS));
     let output = output(attrs.take_first(conv::OUTPUT_KEYS));
@@ -339,7 +347,7 @@ pub fn to_call(
             started_at,
             attributes: Some(all),
             inputs: Some(inputs),
-            otel_dump: Some(dump(span, resource, scope, parent_id.as_deref())),
+            otel_dump: Some(dump(span, dumped_attributes, resource, scope, parent_id.as_deref())),
             wb_run_id,
             wb_run_step,
         },
