@@ -109,7 +109,9 @@ fn span_identity_times_and_op() {
 #[test]
 fn conventions_map_to_inputs_outputs_usage_and_attributes() {
     let messages = r#"[{"role":"user","parts":[{"type":"text","content":"hi"}]}]"#;
-    let cases: Vec<(&str, Value, Vec<(&str, Value)>)> = vec![
+    // (convention, span attributes, expected (pointer, value) pairs on the call)
+    type Case = (&'static str, Value, Vec<(&'static str, Value)>);
+    let cases: Vec<Case> = vec![
         (
             "OpenTelemetry GenAI",
             attrs(&[
