@@ -127,9 +127,9 @@ async fn expanded_values() {
     let prompt = with_ref(json!({"text": "hello"}), &f.prompt_ref);
     let mut model = with_ref(f.model_val.clone(), &f.model_ref);
     model["prompt"] = prompt.clone();
-    for i in 0..3 {
+    for (i, row) in rows.iter().take(3).enumerate() {
         assert_eq!(
-            rows[i]["inputs"],
+            row["inputs"],
             json!({"example": with_ref(f.rows[i].clone(), &f.row_refs[i]), "k": i,
                    "model": model}),
             "c{i}"
