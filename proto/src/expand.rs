@@ -145,8 +145,9 @@ impl CallsQueryReq {
             .map(|c| split_path(c))
             .filter(|segs| root_of(&segs[0]).is_some() && segs.iter().all(|s| !s.is_empty()))
             .collect();
-        columns.sort_by_key(Vec::len);
+        columns.sort();
         columns.dedup();
+        columns.sort_by_key(Vec::len);
         if columns.is_empty() {
             return Ok(Planned::Sql(q));
         }
@@ -691,7 +692,8 @@ mod tests {
 
         // A conjunct through `inputs.x` moves out of SQL; the rest stays.
         let (q, plan) = residual_of(json!({
-            "project_id": "e/p", "expand_columns": ["inputs.x", "inputs.x.y"], "limit": 5,
+            "project_id": "e/p", "expand_columns": ["inputs.x.y", "inputs.x", "inputs.x.y"],
+            "limit": 5,
             "query": {"$expr": {"$and": [
                 {"$eq": [{"$getField": "inputs.x.label"}, {"$literal": "a"}]},
                 {"$eq": [{"$getField": "inputs.x"}, {"$literal": "ref"}]},

@@ -322,3 +322,237 @@ pub(crate) async fn count(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+    use std::sync::Mutex;
+
+    use async_trait::async_trait;
+    use bytes::Bytes;
+    use heddle_proto::ProjectId;
+    use heddle_proto::calls::{CallPart, CallsQueryReq, StartedCall};
+    use heddle_proto::digest::{object_digest, row_digest, table_digest};
+    use heddle_proto::expand::Planned;
+    use heddle_proto::objects::{
+        DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel,
+    };
+    use heddle_proto::tables::Row;
+    use heddle_store::sqlite::{SqliteOptions, SqliteStore};
+    use heddle_store::{KeyRecord, NewObject, NewTable, Result, StoredRow, TableSlice};
+    use serde_json::json;
+
+    use super::*;
+
+    /// The SQLite store, counting the reads ref resolution makes.
+    struct Counting {
+        inner: SqliteStore,
+        reads: Mutex<HashMap<&'static str, usize>>,
+    }
+
+    impl Counting {
+        fn count(&self, what: &'static str) {
+            *self.reads.lock().unwrap().entry(what).or_default() += 1;
+        }
+        fn reads(&self, what: &str) -> usize {
+            self.reads.lock().unwrap().get(what).copied().unwrap_or(0)
+        }
+    }
+
+    #[async_trait]
+    impl Store for Counting {
+        async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
+            self.inner.apply_call_parts(parts).await
+        }
+        async fn set_call_display_name(&self, p: &ProjectId, id: &str, n: &str) -> Result<()> {
+            self.inner.set_call_display_name(p, id, n).await
+        }
+        async fn delete_calls(&self, p: &ProjectId, ids: &[String]) -> Result<u64> {
+            self.inner.delete_calls(p, ids).await
+        }
+        async fn query_calls(&self, q: CallsQuery) -> Result<CallStream> {
+            self.count("query_calls");
+            self.inner.query_calls(q).await
+        }
+        async fn count_calls(&self, q: CallsQuery) -> Result<u64> {
+            self.inner.count_calls(q).await
+        }
+        async fn create_object(&self, o: NewObject) -> Result<()> {
+            self.inner.create_object(o).await
+        }
+        async fn read_object(
+            &self,
+            p: &ProjectId,
+            id: &str,
+            v: &VersionSel,
+            m: bool,
+        ) -> Result<ObjSchema> {
+            self.count("read_object");
+            self.inner.read_object(p, id, v, m).await
+        }
+        async fn query_objects(&self, q: ObjectsQuery) -> Result<Vec<ObjSchema>> {
+            self.inner.query_objects(q).await
+        }
+        async fn delete_objects(&self, d: ObjectsDelete) -> Result<Vec<DeletedVersion>> {
+            self.inner.delete_objects(d).await
+        }
+        async fn create_file(&self, p: &ProjectId, d: &str, c: Bytes) -> Result<()> {
+            self.inner.create_file(p, d, c).await
+        }
+        async fn read_file(&self, p: &ProjectId, d: &str) -> Result<Bytes> {
+            self.inner.read_file(p, d).await
+        }
+        async fn files_size(&self, p: &ProjectId) -> Result<u64> {
+            self.inner.files_size(p).await
+        }
+        async fn create_table(&self, t: NewTable) -> Result<()> {
+            self.inner.create_table(t).await
+        }
+        async fn table_slice(
+            &self,
+            p: &ProjectId,
+            d: &str,
+            o: u64,
+            l: Option<u64>,
+        ) -> Result<Option<TableSlice>> {
+            self.count("table_slice");
+            self.inner.table_slice(p, d, o, l).await
+        }
+        async fn read_rows(
+            &self,
+            p: &ProjectId,
+            d: &[String],
+            v: bool,
+        ) -> Result<HashMap<String, StoredRow>> {
+            self.count("read_rows");
+            self.inner.read_rows(p, d, v).await
+        }
+        async fn create_key(&self, h: &str, e: Option<&str>) -> Result<()> {
+            self.inner.create_key(h, e).await
+        }
+        async fn lookup_key(&self, h: &str) -> Result<Option<KeyRecord>> {
+            self.inner.lookup_key(h).await
+        }
+        async fn has_admin_key(&self) -> Result<bool> {
+            self.inner.has_admin_key().await
+        }
+    }
+
+    async fn object(store: &Counting, p: &ProjectId, name: &str, val: Value) -> String {
+        let digest = object_digest(&val);
+        store
+            .create_object(NewObject {
+                project: p.clone(),
+                object_id: name.to_owned(),
+                digest: digest.clone(),
+                val: val.to_string(),
+                kind: "object",
+                base_object_class: None,
+                leaf_object_class: None,
+                wb_user_id: None,
+            })
+            .await
+            .unwrap();
+        format!("weave:///{p}/object/{name}:{digest}")
+    }
+
+    fn planned(body: Value) -> (CallsQuery, ExpandPlan) {
+        match serde_json::from_value::<CallsQueryReq>(body).unwrap().plan().unwrap() {
+            Planned::Expand { candidates, plan } => (candidates, plan),
+            Planned::Sql(q) => panic!("not an expand plan: {q:?}"),
+        }
+    }
+
+    async fn lines(chunks: Chunks) -> Vec<Value> {
+        let bytes: Vec<Bytes> = chunks.map(|c| c.unwrap()).collect().await;
+        bytes
+            .iter()
+            .flat_map(|b| b.split(|c| *c == b'\n').filter(|l| !l.is_empty()))
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect()
+    }
+
+    /// 1,200 calls over 40 dataset rows and one model: rows are read once per page (not per
+    /// call), the dataset, the model and the row list once per request.
+    #[tokio::test(flavor = "multi_thread")]
+    async fn resolution_is_batched_per_page_and_cached_per_request() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let store = Arc::new(Counting { inner, reads: Mutex::default() });
+        let p = ProjectId::parse("e/p").unwrap();
+        let vals: Vec<Value> = (0..40).map(|i| json!({"i": i, "label": format!("l{i}")})).collect();
+        let rows: Vec<Row> =
+            vals.iter().map(|v| Row { digest: row_digest(v), val: v.to_string() }).collect();
+        let digests: Vec<String> = rows.iter().map(|r| r.digest.clone()).collect();
+        let table = table_digest(&digests);
+        store
+            .create_table(NewTable {
+                project: p.clone(),
+                digest: table.clone(),
+                row_digests: digests.clone(),
+                rows,
+            })
+            .await
+            .unwrap();
+        let ds =
+            object(&store, &p, "ds", json!({"rows": format!("weave:///{p}/table/{table}")})).await;
+        let model = object(&store, &p, "model", json!({"name": "m"})).await;
+        let n = 1200;
+        let parts = (0..n)
+            .map(|i| {
+                let start: StartedCall = serde_json::from_value(json!({
+                    "project_id": "e/p", "id": format!("c{i:04}"), "op_name": "f",
+                    "started_at": format!("2026-01-01T00:00:{:02}.{:06}Z", i / 1000, i % 1000),
+                    "inputs": {"example": format!("{ds}/attr/rows/id/{}", digests[i % 40]),
+                               "model": model},
+                }))
+                .unwrap();
+                start.into_part(None).unwrap()
+            })
+            .collect();
+        store.apply_call_parts(parts).await.unwrap();
+
+        let body =
+            json!({"project_id": "e/p", "expand_columns": ["inputs.example", "inputs.model"]});
+        let (q, plan) = planned(body);
+        let out = lines(stream(store.clone(), q, plan).await.unwrap()).await;
+        assert_eq!(out.len(), n);
+        for (i, call) in out.iter().enumerate() {
+            let mut want = vals[i % 40].clone();
+            want["_ref"] = json!(format!("{ds}/attr/rows/id/{}", digests[i % 40]));
+            assert_eq!(call["inputs"]["example"], want, "{i}");
+            assert_eq!(call["inputs"]["model"], json!({"name": "m", "_ref": model}));
+        }
+        // Rows are prefetched in one read per page, and later pages (n / PAGE = 3 of them) find
+        // them all cached: one read in all instead of one per call.
+        assert!(n > 2 * PAGE);
+        assert_eq!(store.reads("read_rows"), 1, "{:?}", store.reads);
+        assert_eq!(store.reads("table_slice"), 1, "{:?}", store.reads);
+        assert_eq!(store.reads("read_object"), 2, "{:?}", store.reads);
+
+        // An order through the expanded rows: the same reads, plus the pages by id.
+        store.reads.lock().unwrap().clear();
+        let body = json!({"project_id": "e/p", "expand_columns": ["inputs.example"],
+                          "sort_by": [{"field": "inputs.example.i", "direction": "desc"}],
+                          "limit": 5, "offset": 1});
+        let (q, plan) = planned(body);
+        let out = lines(sorted(store.clone(), q, plan).await.unwrap()).await;
+        // i = 39 belongs to calls 39, 79, ... (30 of them); skip the first.
+        let want: Vec<String> = (1..6).map(|k| format!("c{:04}", 39 + 40 * k)).collect();
+        assert_eq!(out.iter().map(|c| c["id"].as_str().unwrap()).collect::<Vec<_>>(), want);
+        assert_eq!(out[0]["inputs"]["example"]["i"], 39);
+        assert_eq!(store.reads("query_calls"), 2, "{:?}", store.reads);
+        assert_eq!(store.reads("read_rows"), 1, "{:?}", store.reads);
+
+        // Counting through the expanded rows.
+        let body = json!({"project_id": "e/p", "expand_columns": ["inputs.example"],
+                          "query": {"$expr": {"$eq": [{"$getField": "inputs.example.label"},
+                                                      {"$literal": "l7"}]}}});
+        let (q, plan) = planned(body.clone());
+        assert_eq!(count(store.clone(), q, plan).await.unwrap(), 30);
+        let mut capped = body;
+        capped["limit"] = json!(4);
+        let (q, plan) = planned(capped);
+        assert_eq!(count(store.clone(), q, plan).await.unwrap(), 4);
+    }
+}
