@@ -141,6 +141,11 @@ pub struct CallsQueryReq {
     pub limit: Option<i64>,
     pub offset: Option<i64>,
     pub columns: Option<Vec<String>>,
+    /// Dot paths whose ref values are resolved ([`crate::expand`]); only
+    /// [`CallsQueryReq::plan`] looks at them.
+    pub expand_columns: Option<Vec<String>>,
+    /// `false`: use `expand_columns` for filtering and sorting only, return refs unexpanded.
+    pub return_expanded_column_values: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -624,6 +629,7 @@ pub struct Columns {
 }
 
 impl CallsQueryReq {
+    /// The query as SQL sees it; `expand_columns` play no part (see [`CallsQueryReq::plan`]).
     pub fn validate(self) -> Result<CallsQuery, ProtoError> {
         use crate::query::Direction;
         let expr = self.query.as_ref().map(|q| q.typed(&CallCatalog)).transpose()?;

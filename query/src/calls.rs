@@ -13,7 +13,10 @@ use bytes::Bytes;
 use futures::StreamExt;
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::calls::{CallReadReq, CallUpdateReq, CallsDeleteReq, CallsFilter, CallsQueryReq};
+use heddle_proto::expand::{Planned, for_count};
 use serde_json::{Value, json};
+
+use crate::expand;
 
 /// Most call ids one delete may name (the real server answers 413 above this).
 pub const MAX_DELETE_IDS: usize = 1000;
@@ -41,6 +44,8 @@ async fn read(
         limit: Some(1),
         offset: None,
         columns: None,
+        expand_columns: None,
+        return_expanded_column_values: None,
     };
     let mut rows = state.store.query_calls(q.validate()?).await?;
     let call = rows.next().await.transpose()?;
@@ -56,7 +61,32 @@ async fn stream_query(
     Json(req): Json<CallsQueryReq>,
 ) -> Result<Response, ApiError> {
     who.check(&req.project_id)?;
-    let mut rows = state.store.query_calls(req.validate()?).await?;
+    let content_type = match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
+        Some(a) if a.contains("ndjson") => "application/x-ndjson",
+        _ => "application/jsonl",
+    };
+    let q = match req.plan()? {
+        Planned::Sql(q) => q,
+        Planned::Expand { candidates, plan } => {
+            let store = state.store.clone();
+            let chunks = if plan.sort.is_some() {
+                expand::sorted(store, candidates, plan).await?
+            } else {
+                expand::stream(store, candidates, plan).await?
+            };
+            let body = chunks.map(|c| {
+                c.map_err(|e| {
+                    // Past the first byte the only way to signal an error is to cut the body.
+                    tracing::error!(error = %e, "calls stream failed mid-way");
+                    std::io::Error::other(e.to_string())
+                })
+            });
+            let mut resp = Body::from_stream(body).into_response();
+            resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
+            return Ok(resp);
+        }
+    };
+    let mut rows = state.store.query_calls(q).await?;
     // Errors must become a status before the first byte (CONTRACT §3): look at the first row.
     let first = rows.next().await.transpose()?;
     let lines = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256).map(|batch| {
@@ -76,10 +106,6 @@ async fn stream_query(
         }
         Ok::<_, std::io::Error>(Bytes::from(buf))
     });
-    let content_type = match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
-        Some(a) if a.contains("ndjson") => "application/x-ndjson",
-        _ => "application/jsonl",
-    };
     let mut resp = Body::from_stream(lines).into_response();
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
     Ok(resp)
@@ -92,8 +118,14 @@ async fn query_stats(
 ) -> Result<axum::Json<Value>, ApiError> {
     who.check(&req.project_id)?;
     // Counting ignores order, paging and projection: don't reject what it would not use.
-    let req = CallsQueryReq { sort_by: None, offset: None, columns: None, ..req };
-    let count = state.store.count_calls(req.validate()?).await?;
+    let count = match for_count(req).plan()? {
+        Planned::Sql(q) => state.store.count_calls(q).await?,
+        Planned::Expand { candidates, plan } if plan.residual.is_some() => {
+            expand::count(state.store.clone(), candidates, plan).await?
+        }
+        // Expansion does not change which calls match.
+        Planned::Expand { candidates, .. } => state.store.count_calls(candidates).await?,
+    };
     Ok(axum::Json(json!({ "count": count, "total_storage_size_bytes": null })))
 }
 

@@ -7,6 +7,7 @@ use axum::Router;
 use heddle_api::AppState;
 
 mod calls;
+mod expand;
 mod files;
 mod graphql;
 mod objects;

@@ -52,7 +52,7 @@ async fn read_batch(
             }
         })
         .collect::<Result<Vec<ObjectRef>, ApiError>>()?;
-    let mut walker = Walker::new(&*state.store);
+    let mut walker = Walker::new(state.store.clone());
     let mut vals = Vec::with_capacity(roots.len());
     for root in roots {
         let val = if who.may_use_entity(root.project.entity()) {
@@ -65,22 +65,78 @@ async fn read_batch(
     Ok(axum::Json(json!({ "vals": vals })))
 }
 
+/// Cache bounds of one request's [`Walker`]: past these it forgets what it read (a long
+/// `expand_columns` scan must not grow without bound). Tables hold their whole row-digest list.
+const MAX_CACHED_OBJECTS: usize = 10_000;
+const MAX_CACHED_TABLES: usize = 64;
+const MAX_CACHED_ROWS: usize = 50_000;
+
 /// Resolves refs against the store, remembering what one request has read already (a batch of
 /// dataset row refs reads the dataset and its row list once).
-struct Walker<'a> {
-    store: &'a dyn Store,
+pub(crate) struct Walker {
+    store: Arc<dyn Store>,
     objects: HashMap<(ProjectId, String, String), Option<Value>>,
     tables: HashMap<(ProjectId, String), Option<HashSet<String>>>,
     rows: HashMap<(ProjectId, String), Option<Value>>,
 }
 
-impl<'a> Walker<'a> {
-    fn new(store: &'a dyn Store) -> Walker<'a> {
+impl Walker {
+    pub(crate) fn new(store: Arc<dyn Store>) -> Walker {
         Walker { store, objects: HashMap::new(), tables: HashMap::new(), rows: HashMap::new() }
     }
 
+    /// Forgets cached reads beyond the bounds above.
+    pub(crate) fn trim(&mut self) {
+        if self.objects.len() > MAX_CACHED_OBJECTS {
+            self.objects.clear();
+        }
+        if self.tables.len() > MAX_CACHED_TABLES {
+            self.tables.clear();
+        }
+        if self.rows.len() > MAX_CACHED_ROWS {
+            self.rows.clear();
+        }
+    }
+
+    /// Reads the table rows that `roots` name by `id` edges, all in one store read, so
+    /// resolving a page of dataset row refs does not read row by row. Rows of other projects
+    /// are never read.
+    pub(crate) async fn prefetch_rows(
+        &mut self,
+        project: &ProjectId,
+        roots: &[&ObjectRef],
+    ) -> Result<(), ApiError> {
+        let mut wanted: Vec<String> = roots
+            .iter()
+            .filter(|r| r.project == *project)
+            .flat_map(|r| r.extra.iter())
+            .filter_map(|e| match e {
+                Edge::Id(row) if !self.rows.contains_key(&(project.clone(), row.clone())) => {
+                    Some(row.clone())
+                }
+                _ => None,
+            })
+            .collect();
+        wanted.sort();
+        wanted.dedup();
+        if wanted.is_empty() {
+            return Ok(());
+        }
+        let mut found = self.store.read_rows(project, &wanted, true).await?;
+        for row in wanted {
+            let val = match found.remove(&row).and_then(|r| r.val) {
+                Some(raw) => Some(serde_json::from_str(raw.get()).map_err(|e| {
+                    ApiError::Internal(format!("stored row {row} is not JSON: {e}"))
+                })?),
+                None => None,
+            };
+            self.rows.insert((project.clone(), row), val);
+        }
+        Ok(())
+    }
+
     /// The value `root` points at, or `None` when it does not resolve.
-    async fn resolve(&mut self, root: ObjectRef) -> Result<Option<Value>, ApiError> {
+    pub(crate) async fn resolve(&mut self, root: ObjectRef) -> Result<Option<Value>, ApiError> {
         let scope = root.project.clone();
         let Some(mut val) = self.object(&scope, &root.name, &root.version).await? else {
             return Ok(None);
