@@ -5,6 +5,7 @@ pub mod calls;
 pub mod canonical;
 pub mod digest;
 pub mod error;
+pub mod feedback;
 pub mod ids;
 pub mod objects;
 pub mod otlp;

@@ -41,6 +41,7 @@ async fn read(
         limit: Some(1),
         offset: None,
         columns: None,
+        include_feedback: None,
     };
     let mut rows = state.store.query_calls(q.validate()?).await?;
     let call = rows.next().await.transpose()?;
@@ -56,25 +57,31 @@ async fn stream_query(
     Json(req): Json<CallsQueryReq>,
 ) -> Result<Response, ApiError> {
     who.check(&req.project_id)?;
+    let include_feedback = req.include_feedback == Some(true);
     let mut rows = state.store.query_calls(req.validate()?).await?;
     // Errors must become a status before the first byte (CONTRACT §3): look at the first row.
     let first = rows.next().await.transpose()?;
-    let lines = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256).map(|batch| {
-        let mut buf = Vec::with_capacity(batch.len() * 512);
-        for row in batch {
-            match row {
-                Ok(call) => {
-                    serde_json::to_writer(&mut buf, &call).map_err(std::io::Error::other)?;
-                    buf.push(b'\n');
-                }
-                // Past the first byte the only way to signal an error is to cut the body.
-                Err(e) => {
-                    tracing::error!(error = %e, "calls stream failed mid-way");
-                    return Err(std::io::Error::other(e.to_string()));
-                }
+    let store = state.store.clone();
+    let chunks = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256);
+    let lines = chunks.then(move |batch| {
+        let store = store.clone();
+        async move {
+            // Past the first byte the only way to signal an error is to cut the body.
+            let cut = |e: heddle_store::StoreError| {
+                tracing::error!(error = %e, "calls stream failed mid-way");
+                std::io::Error::other(e.to_string())
+            };
+            let mut calls = batch.into_iter().collect::<Result<Vec<_>, _>>().map_err(cut)?;
+            if include_feedback {
+                crate::feedback::attach(&*store, &mut calls).await.map_err(cut)?;
             }
+            let mut buf = Vec::with_capacity(calls.len() * 512);
+            for call in &calls {
+                serde_json::to_writer(&mut buf, call).map_err(std::io::Error::other)?;
+                buf.push(b'\n');
+            }
+            Ok::<_, std::io::Error>(Bytes::from(buf))
         }
-        Ok::<_, std::io::Error>(Bytes::from(buf))
     });
     let content_type = match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
         Some(a) if a.contains("ndjson") => "application/x-ndjson",

@@ -7,6 +7,7 @@ use axum::Router;
 use heddle_api::AppState;
 
 mod calls;
+mod feedback;
 mod files;
 mod graphql;
 mod objects;
@@ -21,6 +22,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(service::routes())
         .merge(graphql::routes())
         .merge(calls::routes())
+        .merge(feedback::routes())
         .merge(objects::routes())
         .merge(files::routes())
         .merge(tables::routes())
