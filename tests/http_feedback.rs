@@ -51,7 +51,10 @@ async fn create_batch_query_and_read_back() {
 
     // /feedback/create: server id, created_at with an offset, the user, the payload.
     let r = api
-        .post("/feedback/create", &item(P, &target, "wandb.note.1", json!({"note": "hi"}), json!({})))
+        .post(
+            "/feedback/create",
+            &item(P, &target, "wandb.note.1", json!({"note": "hi"}), json!({})),
+        )
         .await
         .ok();
     let note_id = r["id"].as_str().unwrap().to_owned();
@@ -78,9 +81,24 @@ async fn create_batch_query_and_read_back() {
     let rows = by_ref(&api, &target).await;
     assert_eq!(ids(&rows), [note_id.clone(), a.clone(), b.clone()]);
     let custom = &rows[2];
-    for key in ["id", "project_id", "weave_ref", "feedback_type", "payload", "created_at",
-                "wb_user_id", "creator", "annotation_ref", "runnable_ref", "call_ref",
-                "trigger_ref", "queue_id", "scorer_tags", "scorer_ratings", "span_status_code"] {
+    for key in [
+        "id",
+        "project_id",
+        "weave_ref",
+        "feedback_type",
+        "payload",
+        "created_at",
+        "wb_user_id",
+        "creator",
+        "annotation_ref",
+        "runnable_ref",
+        "call_ref",
+        "trigger_ref",
+        "queue_id",
+        "scorer_tags",
+        "scorer_ratings",
+        "span_status_code",
+    ] {
         assert!(custom.as_object().unwrap().contains_key(key), "{key} missing: {custom}");
     }
     assert_eq!(custom["project_id"], json!(P));
@@ -92,26 +110,43 @@ async fn create_batch_query_and_read_back() {
 
     // Payload paths (string semantics), $and with feedback_type, $in on id.
     let q = |e: Value| json!({"query": {"$expr": e}});
-    let r = query(&api, q(json!({"$and": [eq("feedback_type", json!("wandb.reaction.1")),
-                                          eq("payload.emoji", json!("👍"))]}))).await;
+    let r = query(
+        &api,
+        q(json!({"$and": [eq("feedback_type", json!("wandb.reaction.1")),
+                                          eq("payload.emoji", json!("👍"))]})),
+    )
+    .await;
     assert_eq!(ids(r["result"].as_array().unwrap()), [a.clone()]);
     let r = query(&api, q(eq("payload.nested.k.1", json!("2.0")))).await;
     assert_eq!(ids(r["result"].as_array().unwrap()), [b.clone()]);
     let gt = json!({"$gt": [{"$convert": {"input": {"$getField": "payload.score"}, "to": "double"}},
                             {"$literal": 0.25}]});
     assert_eq!(ids(query(&api, q(gt)).await["result"].as_array().unwrap()), [b.clone()]);
-    let r = query(&api, q(json!({"$in": [{"$getField": "id"}, [{"$literal": a}, {"$literal": note_id}]]}))).await;
+    let r = query(
+        &api,
+        q(json!({"$in": [{"$getField": "id"}, [{"$literal": a}, {"$literal": note_id}]]})),
+    )
+    .await;
     assert_eq!(r["total_count"], json!(2));
 
     // Projection, including payload paths.
-    let r = query(&api, json!({"fields": ["id", "payload.nested.k.0", "feedback_type"],
-                               "query": {"$expr": eq("id", json!(b))}})).await;
+    let r = query(
+        &api,
+        json!({"fields": ["id", "payload.nested.k.0", "feedback_type"],
+                               "query": {"$expr": eq("id", json!(b))}}),
+    )
+    .await;
     assert_eq!(r["result"], json!([{"id": b, "payload.nested.k.0": 1, "feedback_type": "custom"}]));
 
     // Sorting, paging, total_count (the count without paging).
-    let r = query(&api, json!({"sort_by": [{"field": "feedback_type", "direction": "desc"}],
-                               "limit": 2, "offset": 1})).await;
-    assert_eq!(ids(r["result"].as_array().unwrap()), [a.clone(), b.clone()]);
+    let r = query(
+        &api,
+        json!({"sort_by": [{"field": "feedback_type", "direction": "desc"}],
+                               "limit": 2, "offset": 1}),
+    )
+    .await;
+    // wandb.reaction.1 > wandb.note.1 > custom
+    assert_eq!(ids(r["result"].as_array().unwrap()), [note_id.clone(), b.clone()]);
     assert_eq!(r["total_count"], json!(3));
     let r = query(&api, json!({"sort_by": [{"field": "payload.emoji", "direction": "asc"}]})).await;
     assert_eq!(r["result"][0]["id"], json!(a), "present values first");
@@ -230,9 +265,13 @@ async fn scored_calls(api: &Api, project: &str) -> [String; 3] {
     api.complete_calls(project, batch).await;
     let scorer = format!("weave:///{project}/op/my_scorer:abc");
     let runnable = |id: &str, output: Value| {
-        item(project, &call_ref(project, id), "wandb.runnable.my_scorer",
-             json!({"output": output}),
-             json!({"id": uid(), "runnable_ref": scorer, "call_ref": call_ref(project, &uid())}))
+        item(
+            project,
+            &call_ref(project, id),
+            "wandb.runnable.my_scorer",
+            json!({"output": output}),
+            json!({"id": uid(), "runnable_ref": scorer, "call_ref": call_ref(project, &uid())}),
+        )
     };
     let batch = json!({"batch": [
         runnable(&c[0], json!({"score": 0.9, "ok": true})),
@@ -250,8 +289,13 @@ async fn include_feedback_on_calls() {
     let api = server.admin();
     let project = "ent/fbcalls";
     let c = scored_calls(&api, project).await;
-    let extra = item(project, &call_ref(project, &c[0]), "wandb.note.1", json!({"note": "n"}),
-                     json!({"id": uid()}));
+    let extra = item(
+        project,
+        &call_ref(project, &c[0]),
+        "wandb.note.1",
+        json!({"note": "n"}),
+        json!({"id": uid()}),
+    );
     api.post("/feedback/create", &extra).await.ok();
 
     let rows = api
@@ -277,8 +321,10 @@ async fn include_feedback_on_calls() {
             assert!(f["created_at"].is_string() && f["id"].is_string(), "{f}");
         }
     }
-    assert_eq!(rows.iter().find(|r| r["id"] == json!(c[1])).unwrap()["summary"]["weave"]
-        ["feedback"][0]["payload"], json!({"output": {"score": 0.2, "ok": false}}));
+    assert_eq!(
+        rows.iter().find(|r| r["id"] == json!(c[1])).unwrap()["summary"]["weave"]["feedback"][0]["payload"],
+        json!({"output": {"score": 0.2, "ok": false}})
+    );
 
     // Without the flag there is no feedback key.
     let plain = api.stream(&json!({"project_id": project})).await;
@@ -293,15 +339,7 @@ async fn feedback_fields_in_call_queries() {
     let c = scored_calls(&api, project).await;
     let run = |path: &str| format!("feedback.[wandb.runnable.my_scorer].{path}");
     let get = |f: &str| json!({"$getField": f});
-    let find = |e: Value, sort: Value| {
-        let body = json!({"project_id": project, "query": {"$expr": e}, "sort_by": sort});
-        async move {
-            let rows = api.stream(&body).await;
-            let count = api.count(&json!({"project_id": project, "query": body["query"]})).await;
-            assert_eq!(count as usize, rows.len(), "query_stats agrees with stream_query");
-            ids(&rows)
-        }
-    };
+    let find = |e: Value, sort: Value| find_calls(&api, project, e, sort);
     let by_id = json!([{"field": "id", "direction": "asc"}]);
     let mut scored = vec![c[0].clone(), c[1].clone()];
     scored.sort();
@@ -309,20 +347,41 @@ async fn feedback_fields_in_call_queries() {
     // get_calls(scored_by="my_scorer"): output exists.
     let exists = json!({"$not": [{"$eq": [get(&run("payload.output")), {"$literal": ""}]}]});
     assert_eq!(find(json!({"$and": [exists]}), by_id.clone()).await, scored);
-    // A leaf of the output, but not an object itself... output is an object → ''.
+    // A leaf of the output.
     let leaf = json!({"$not": [{"$eq": [get(&run("payload.output.score")), {"$literal": ""}]}]});
     assert_eq!(find(leaf, by_id.clone()).await, scored);
     // get_calls(scored_by=<scorer ref>): runnable_ref equality.
     let uri = format!("weave:///{project}/op/my_scorer:abc");
-    assert_eq!(find(json!({"$eq": [get(&run("runnable_ref")), {"$literal": uri}]}), by_id.clone()).await, scored);
+    assert_eq!(
+        find(json!({"$eq": [get(&run("runnable_ref")), {"$literal": uri}]}), by_id.clone()).await,
+        scored
+    );
     // Numeric comparison through $convert, booleans as strings, any type with `*`.
     let gt = json!({"$gt": [{"$convert": {"input": get(&run("payload.output.score")), "to": "double"}},
                             {"$literal": 0.5}]});
     assert_eq!(find(gt, by_id.clone()).await, [c[0].clone()]);
-    assert_eq!(find(json!({"$eq": [get(&run("payload.output.ok")), {"$literal": "false"}]}), by_id.clone()).await, [c[1].clone()]);
-    assert_eq!(find(json!({"$eq": [get("feedback.[*].payload.emoji"), {"$literal": "👎"}]}), by_id.clone()).await, [c[2].clone()]);
+    assert_eq!(
+        find(
+            json!({"$eq": [get(&run("payload.output.ok")), {"$literal": "false"}]}),
+            by_id.clone()
+        )
+        .await,
+        [c[1].clone()]
+    );
+    assert_eq!(
+        find(
+            json!({"$eq": [get("feedback.[*].payload.emoji"), {"$literal": "👎"}]}),
+            by_id.clone()
+        )
+        .await,
+        [c[2].clone()]
+    );
     // No feedback of the type reads as '' (and as null).
-    assert_eq!(find(json!({"$eq": [get(&run("payload.output")), {"$literal": null}]}), by_id.clone()).await, [c[2].clone()]);
+    assert_eq!(
+        find(json!({"$eq": [get(&run("payload.output")), {"$literal": null}]}), by_id.clone())
+            .await,
+        [c[2].clone()]
+    );
     // Sorting by a feedback value.
     let sort = json!([{"field": run("payload.output.score"), "direction": "desc"}]);
     assert_eq!(find(exists_any(), sort).await[..2], [c[0].clone(), c[1].clone()]);
@@ -331,6 +390,15 @@ async fn feedback_fields_in_call_queries() {
         let body = json!({"project_id": project, "query": {"$expr": {"$eq": [get(bad), {"$literal": ""}]}}});
         api.post("/calls/stream_query", &body).await.err(400);
     }
+}
+
+/// The ids `/calls/stream_query` returns for a query, checked against `/calls/query_stats`.
+async fn find_calls(api: &Api, project: &str, e: Value, sort: Value) -> Vec<String> {
+    let body = json!({"project_id": project, "query": {"$expr": e}, "sort_by": sort});
+    let rows = api.stream(&body).await;
+    let count = api.count(&json!({"project_id": project, "query": body["query"]})).await;
+    assert_eq!(count as usize, rows.len(), "query_stats agrees with stream_query");
+    ids(&rows)
 }
 
 fn exists_any() -> Value {

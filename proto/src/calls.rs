@@ -479,7 +479,9 @@ pub enum CallField {
 
 /// A value from the feedback on a call (rows whose `weave_ref` is the call's ref): of the rows
 /// of `feedback_type` (`None` = `*`, any type), the newest one where the value is non-empty;
-/// `''` when there is none, like a missing JSON path.
+/// `''` when there is none, like a missing JSON path. Unlike other JSON paths, a payload path
+/// holding an object or array reads as its JSON text (the SDK's `scored_by` tests a scorer's
+/// `payload.output`, usually a dict, for non-emptiness).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct FeedbackSel {
     pub feedback_type: Option<String>,
@@ -497,7 +499,11 @@ pub enum FeedbackTarget {
 /// `feedback.[<type>].payload.<path>`, `feedback.[<type>].runnable_ref`,
 /// `feedback.[<type>].trigger_ref`; the type may contain dots, and is `*` for any type.
 fn parse_feedback_field(name: &str) -> Result<FeedbackSel, ProtoError> {
-    let bad = || ProtoError::invalid(format!("invalid feedback field {name:?}: expected feedback.[<type>].payload.<path>, .runnable_ref or .trigger_ref"));
+    let bad = || {
+        ProtoError::invalid(format!(
+            "invalid feedback field {name:?}: expected feedback.[<type>].payload.<path>, .runnable_ref or .trigger_ref"
+        ))
+    };
     let rest = name.strip_prefix("feedback.[").ok_or_else(bad)?;
     let (ty, path) = rest.split_once("].").ok_or_else(bad)?;
     if ty.is_empty() {
@@ -540,7 +546,10 @@ impl Catalog for CallCatalog {
                     "attributes" if segs.len() > 1 => JsonRoot::Attributes,
                     "summary" if segs.len() > 1 => JsonRoot::Summary,
                     "feedback" => {
-                        return Ok((CallField::Feedback(parse_feedback_field(name)?), ValueType::String));
+                        return Ok((
+                            CallField::Feedback(parse_feedback_field(name)?),
+                            ValueType::String,
+                        ));
                     }
                     _ => return Err(ProtoError::invalid(format!("unknown call field {name:?}"))),
                 };
@@ -616,9 +625,20 @@ mod tests {
         );
         assert_eq!(
             c.resolve("feedback.[*].runnable_ref").unwrap().0,
-            CallField::Feedback(FeedbackSel { feedback_type: None, target: FeedbackTarget::RunnableRef })
+            CallField::Feedback(FeedbackSel {
+                feedback_type: None,
+                target: FeedbackTarget::RunnableRef
+            })
         );
-        for bad in ["inputs", "nope", "inputs..a", "feedback.[x].payload", "feedback.x", "feedback.[].runnable_ref", "feedback.[x].creator"] {
+        for bad in [
+            "inputs",
+            "nope",
+            "inputs..a",
+            "feedback.[x].payload",
+            "feedback.x",
+            "feedback.[].runnable_ref",
+            "feedback.[x].creator",
+        ] {
             assert!(matches!(c.resolve(bad), Err(ProtoError::Invalid(_))), "{bad}");
         }
     }

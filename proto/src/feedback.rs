@@ -468,8 +468,11 @@ impl Catalog for FeedbackCatalog {
 
     fn resolve(&self, name: &str) -> Result<(FeedbackField, ValueType), ProtoError> {
         if let Some(c) = FeedbackColumn::parse(name) {
-            let t =
-                if c == FeedbackColumn::CreatedAt { ValueType::Timestamp } else { ValueType::String };
+            let t = if c == FeedbackColumn::CreatedAt {
+                ValueType::Timestamp
+            } else {
+                ValueType::String
+            };
             return Ok((FeedbackField::Column(c), t));
         }
         if let Some(path) = name.strip_prefix("payload.") {
@@ -540,7 +543,13 @@ pub fn purge_ids(q: &Query) -> Result<Vec<String>, ProtoError> {
     fn walk(e: &Expr, top: bool, out: &mut Vec<String>) -> bool {
         match e {
             Expr::Cmp(CmpOp::Eq, a, b) => {
-                let id = if is_id(a) { lit(b) } else if is_id(b) { lit(a) } else { None };
+                let id = if is_id(a) {
+                    lit(b)
+                } else if is_id(b) {
+                    lit(a)
+                } else {
+                    None
+                };
                 id.map(|id| out.push(id)).is_some()
             }
             Expr::In(a, bs) if is_id(a) => {

@@ -27,9 +27,9 @@ use heddle_proto::time::Micros;
 use serde_json::value::RawValue;
 
 use self::rows::{
-    Blob, CallRow, ChunkDataRow, FeedbackReadRow, FeedbackRow, FileChunkRow, FileMetaRow, FileRow, KeyEntityRow, KeyRow,
-    LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow, ObjectValRow, PartRow, StoredRowRow,
-    TableListRow, TableRowRow, TableSliceRow,
+    Blob, CallRow, ChunkDataRow, FeedbackReadRow, FeedbackRow, FileChunkRow, FileMetaRow, FileRow,
+    KeyEntityRow, KeyRow, LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow, ObjectValRow,
+    PartRow, StoredRowRow, TableListRow, TableRowRow, TableSliceRow,
 };
 use self::sql::{ObjectBy, Sql};
 use crate::objects::{self, LiveVersion};

@@ -523,7 +523,21 @@ fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
         sql.push("if(tupleElement(r, 3) = ").bind_str(ty).push(", ");
     }
     match &sel.target {
-        FeedbackTarget::Payload(segs) => json_string(sql, "tupleElement(r, 4)", segs),
+        FeedbackTarget::Payload(segs) => {
+            // Objects and arrays read as their JSON text here, not as '' (the reference server
+            // reads feedback with JSON_VALUE allowing complex values): the SDK's scored_by tests
+            // `payload.output`, usually a dict, for non-emptiness.
+            let src = "tupleElement(r, 4)";
+            sql.push("if(");
+            json_exists(sql, src, segs);
+            sql.push(" AND ");
+            json_type(sql, src, segs);
+            sql.push(" IN ('Object', 'Array'), JSONExtractRaw(").push(src);
+            path_args(sql, segs);
+            sql.push("), ");
+            json_string(sql, src, segs);
+            sql.push(")");
+        }
         FeedbackTarget::RunnableRef => {
             sql.push("tupleElement(r, 5)");
         }

@@ -598,7 +598,8 @@ impl Store for SqliteStore {
         self.writer
             .exec(move |conn| {
                 let mut insert = conn.prepare_cached(sql::INSERT_FEEDBACK).map_err(backend)?;
-                let mut read = conn.prepare_cached(&sql::select_feedback_by_id()).map_err(backend)?;
+                let mut read =
+                    conn.prepare_cached(&sql::select_feedback_by_id()).map_err(backend)?;
                 let mut out = Vec::with_capacity(items.len());
                 for f in &items {
                     insert

@@ -483,7 +483,17 @@ impl FieldSql for CallField {
 fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
     sql.push("COALESCE((SELECT v FROM (SELECT ");
     match &sel.target {
-        FeedbackTarget::Payload(segs) => json_string_in(sql, "f.payload", segs),
+        FeedbackTarget::Payload(segs) => {
+            // Objects and arrays read as their JSON text here, not as '' (the reference server
+            // reads feedback with JSON_VALUE allowing complex values): the SDK's scored_by tests
+            // `payload.output`, usually a dict, for non-emptiness.
+            let path = json_path(segs);
+            sql.push("CASE WHEN json_type(f.payload, ").bind(path.clone());
+            sql.push(") IN ('object', 'array') THEN f.payload -> ").bind(path);
+            sql.push(" ELSE ");
+            json_string_in(sql, "f.payload", segs);
+            sql.push(" END");
+        }
         FeedbackTarget::RunnableRef => {
             sql.push("COALESCE(f.runnable_ref, '')");
         }
