@@ -183,9 +183,7 @@ const COLUMN_KEYS: &[&str] = &[
 /// Defaults of the `extra` members (what the SDK's model defaults to).
 fn extra_defaults() -> Map<String, Value> {
     let mut m = Map::new();
-    for k in ["scorer_tags"] {
-        m.insert(k.into(), Value::Array(vec![]));
-    }
+    m.insert("scorer_tags".into(), Value::Array(vec![]));
     for k in [
         "scorer_tag_reasons",
         "scorer_tag_confidences",
