@@ -1155,6 +1155,48 @@ mod tests {
     }
 
     #[test]
+    fn feedback_values_are_always_bound() {
+        let evil = "x'); DROP TABLE feedback; --";
+        let calls = compile(json!({
+            "project_id": "e/p",
+            "query": {"$expr": {"$and": [
+                {"$eq": [{"$getField": format!("feedback.[{evil}].payload.{evil}.0")},
+                         {"$literal": evil}]},
+                {"$eq": [{"$getField": "feedback.[*].runnable_ref"}, {"$literal": evil}]},
+            ]}},
+            "sort_by": [{"field": format!("feedback.[{evil}].trigger_ref"), "direction": "desc"}],
+            "limit": 10
+        }));
+        let fq: heddle_proto::feedback::FeedbackQueryReq = serde_json::from_value(json!({
+            "project_id": "e/p",
+            "query": {"$expr": {"$or": [
+                {"$eq": [{"$getField": format!("payload.{evil}")}, {"$literal": evil}]},
+                {"$in": [{"$getField": "weave_ref"}, [{"$literal": evil}]]},
+                {"$contains": {"input": {"$getField": "creator"}, "substr": {"$literal": evil}}}
+            ]}},
+            "sort_by": [{"field": format!("payload.{evil}"), "direction": "asc"}],
+            "limit": 3, "offset": 1
+        }))
+        .unwrap();
+        let (fq, _) = fq.validate().unwrap();
+        let ids = [evil.to_owned()];
+        for sql in [
+            select_calls(&calls),
+            count_calls(&calls),
+            select_feedback(&fq),
+            count_feedback(&fq),
+            feedback_by_ids(evil, &ids),
+            feedback_for_refs(evil, &ids),
+            purge_feedback(evil, &ids),
+        ] {
+            assert!(!sql.text.contains("DROP"), "{}", sql.text);
+            check_placeholders(&sql);
+        }
+        assert!(select_calls(&calls).text.contains("LEFT JOIN"), "feedback fields join");
+        assert!(!select_calls(&compile(json!({"project_id": "e/p"}))).text.contains("JOIN"));
+    }
+
+    #[test]
     fn user_values_are_always_bound() {
         let evil = "x'); DROP TABLE call_parts; --";
         let q = compile(json!({

@@ -789,6 +789,36 @@ mod tests {
     }
 
     #[test]
+    fn feedback_values_are_always_bound() {
+        let evil = "x'); DROP TABLE feedback; --";
+        let calls = compile(json!({
+            "project_id": "e/p",
+            "query": {"$expr": {"$and": [
+                {"$eq": [{"$getField": format!("feedback.[{evil}].payload.{evil}.0")},
+                         {"$literal": evil}]},
+                {"$eq": [{"$getField": "feedback.[*].runnable_ref"}, {"$literal": evil}]},
+            ]}},
+            "sort_by": [{"field": format!("feedback.[{evil}].trigger_ref"), "direction": "desc"}]
+        }));
+        let fq: heddle_proto::feedback::FeedbackQueryReq = serde_json::from_value(json!({
+            "project_id": "e/p",
+            "query": {"$expr": {"$or": [
+                {"$eq": [{"$getField": format!("payload.{evil}")}, {"$literal": evil}]},
+                {"$in": [{"$getField": "weave_ref"}, [{"$literal": evil}]]},
+                {"$contains": {"input": {"$getField": "creator"}, "substr": {"$literal": evil}}}
+            ]}},
+            "sort_by": [{"field": format!("payload.{evil}"), "direction": "asc"}],
+            "limit": 3, "offset": 1
+        }))
+        .unwrap();
+        let (fq, _) = fq.validate().unwrap();
+        for sql in [calls, select_feedback(&fq), count_feedback(&fq)] {
+            assert!(!sql.text.contains("DROP"), "{}", sql.text);
+            assert_eq!(sql.text.matches('?').count(), sql.params.len(), "{}", sql.text);
+        }
+    }
+
+    #[test]
     fn object_queries_bind_user_values() {
         let evil = "x'); DROP TABLE objects; --";
         let req: heddle_proto::objects::ObjQueryReq = serde_json::from_value(json!({
