@@ -36,6 +36,7 @@ async fn migrations_apply_once_and_are_idempotent() {
         [
             "api_keys",
             "call_parts",
+            "feedback",
             "file_chunks",
             "files",
             "heddle_schema_migrations",

@@ -146,6 +146,8 @@ pub struct CallsQueryReq {
     pub expand_columns: Option<Vec<String>>,
     /// `false`: use `expand_columns` for filtering and sorting only, return refs unexpanded.
     pub return_expanded_column_values: Option<bool>,
+    /// Add `summary.weave.feedback` to each row (handled by the query layer, not the store).
+    pub include_feedback: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -476,6 +478,53 @@ pub enum CallField {
     Status,
     LatencyMs,
     TraceName,
+    /// `feedback.[<type>].…`: the call's feedback (CONTRACT §2).
+    Feedback(FeedbackSel),
+}
+
+/// A value from the feedback on a call (rows whose `weave_ref` is the call's ref): of the rows
+/// of `feedback_type` (`None` = `*`, any type), the newest one where the value is non-empty;
+/// `''` when there is none, like a missing JSON path. Unlike other JSON paths, a payload path
+/// holding an object or array reads as its JSON text (the SDK's `scored_by` tests a scorer's
+/// `payload.output`, usually a dict, for non-emptiness).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FeedbackSel {
+    pub feedback_type: Option<String>,
+    pub target: FeedbackTarget,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FeedbackTarget {
+    /// A path into the payload (string semantics).
+    Payload(Vec<String>),
+    RunnableRef,
+    TriggerRef,
+}
+
+/// `feedback.[<type>].payload.<path>`, `feedback.[<type>].runnable_ref`,
+/// `feedback.[<type>].trigger_ref`; the type may contain dots, and is `*` for any type.
+fn parse_feedback_field(name: &str) -> Result<FeedbackSel, ProtoError> {
+    let bad = || {
+        ProtoError::invalid(format!(
+            "invalid feedback field {name:?}: expected feedback.[<type>].payload.<path>, .runnable_ref or .trigger_ref"
+        ))
+    };
+    let rest = name.strip_prefix("feedback.[").ok_or_else(bad)?;
+    let (ty, path) = rest.split_once("].").ok_or_else(bad)?;
+    if ty.is_empty() {
+        return Err(bad());
+    }
+    let target = match path {
+        "runnable_ref" => FeedbackTarget::RunnableRef,
+        "trigger_ref" => FeedbackTarget::TriggerRef,
+        p => {
+            let p = p.strip_prefix("payload.").ok_or_else(bad)?;
+            let segs = split_path(p);
+            crate::feedback::check_segments(name, &segs)?;
+            FeedbackTarget::Payload(segs)
+        }
+    };
+    Ok(FeedbackSel { feedback_type: (ty != "*").then(|| ty.to_owned()), target })
 }
 
 pub struct CallCatalog;
@@ -502,9 +551,10 @@ impl Catalog for CallCatalog {
                     "attributes" if segs.len() > 1 => JsonRoot::Attributes,
                     "summary" if segs.len() > 1 => JsonRoot::Summary,
                     "feedback" => {
-                        return Err(ProtoError::invalid(format!(
-                            "feedback fields are not supported by this server yet: {name:?}"
-                        )));
+                        return Ok((
+                            CallField::Feedback(parse_feedback_field(name)?),
+                            ValueType::String,
+                        ));
                     }
                     _ => return Err(ProtoError::invalid(format!("unknown call field {name:?}"))),
                 };
@@ -571,7 +621,29 @@ mod tests {
         assert_eq!(c.resolve("output").unwrap().0, CallField::Json(JsonRoot::Output, vec![]));
         assert_eq!(c.resolve("summary.weave.status").unwrap().0, CallField::Status);
         assert!(matches!(c.resolve("storage_size_bytes"), Err(ProtoError::Forbidden(_))));
-        for bad in ["inputs", "nope", "inputs..a", "feedback.[x].payload"] {
+        assert_eq!(
+            c.resolve("feedback.[wandb.runnable.s].payload.output.a").unwrap().0,
+            CallField::Feedback(FeedbackSel {
+                feedback_type: Some("wandb.runnable.s".into()),
+                target: FeedbackTarget::Payload(vec!["output".into(), "a".into()]),
+            })
+        );
+        assert_eq!(
+            c.resolve("feedback.[*].runnable_ref").unwrap().0,
+            CallField::Feedback(FeedbackSel {
+                feedback_type: None,
+                target: FeedbackTarget::RunnableRef
+            })
+        );
+        for bad in [
+            "inputs",
+            "nope",
+            "inputs..a",
+            "feedback.[x].payload",
+            "feedback.x",
+            "feedback.[].runnable_ref",
+            "feedback.[x].creator",
+        ] {
             assert!(matches!(c.resolve(bad), Err(ProtoError::Invalid(_))), "{bad}");
         }
     }

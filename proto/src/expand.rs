@@ -30,7 +30,7 @@ use crate::refs;
 #[derive(Debug, Clone)]
 pub enum Planned {
     Sql(CallsQuery),
-    Expand { candidates: CallsQuery, plan: ExpandPlan },
+    Expand { candidates: CallsQuery, plan: Box<ExpandPlan> },
 }
 
 #[derive(Debug, Clone)]
@@ -163,6 +163,20 @@ impl CallsQueryReq {
         };
         q.expr = sql;
         let sort = q.sort.iter().any(|(f, _)| through(f, &columns)).then(|| q.sort.clone());
+        // Feedback fields live in the store, not in the call row the in-memory part evaluates.
+        let mut feedback_in_memory = false;
+        if let Some(r) = &residual {
+            visit_fields(r, &mut |f| feedback_in_memory |= matches!(f, CallField::Feedback(_)));
+        }
+        if let Some(sort) = &sort {
+            feedback_in_memory |= sort.iter().any(|(f, _)| matches!(f, CallField::Feedback(_)));
+        }
+        if feedback_in_memory {
+            return Err(ProtoError::invalid(
+                "feedback fields cannot be combined with expanded columns in one condition or \
+                 sort yet: put them in separate $and terms",
+            ));
+        }
         if !return_values && residual.is_none() && sort.is_none() {
             return Ok(Planned::Sql(q));
         }
@@ -186,7 +200,7 @@ impl CallsQueryReq {
                 q.sort = vec![(CallField::Column(CallColumn::Id), Direction::Asc)];
             }
         }
-        Ok(Planned::Expand { candidates: q, plan })
+        Ok(Planned::Expand { candidates: q, plan: Box::new(plan) })
     }
 }
 
@@ -412,6 +426,8 @@ fn field(c: &CallValues, f: &CallField) -> Val {
             Some(d) if !d.is_empty() => d.to_owned(),
             _ => op_display_name(&call.op_name).to_owned(),
         }),
+        // `plan` keeps feedback fields out of the in-memory part.
+        CallField::Feedback(_) => unreachable!("feedback fields are evaluated in SQL"),
     }
 }
 
@@ -671,7 +687,7 @@ mod tests {
 
     fn residual_of(body: Value) -> (CallsQuery, ExpandPlan) {
         match req(body).plan().unwrap() {
-            Planned::Expand { candidates, plan } => (candidates, plan),
+            Planned::Expand { candidates, plan } => (candidates, *plan),
             Planned::Sql(q) => panic!("expected an expand plan, got {q:?}"),
         }
     }

@@ -6,6 +6,7 @@ pub mod canonical;
 pub mod digest;
 pub mod error;
 pub mod expand;
+pub mod feedback;
 pub mod ids;
 pub mod objects;
 pub mod otlp;

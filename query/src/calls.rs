@@ -46,6 +46,7 @@ async fn read(
         columns: None,
         expand_columns: None,
         return_expanded_column_values: None,
+        include_feedback: None,
     };
     let mut rows = state.store.query_calls(q.validate()?).await?;
     let call = rows.next().await.transpose()?;
@@ -65,14 +66,20 @@ async fn stream_query(
         Some(a) if a.contains("ndjson") => "application/x-ndjson",
         _ => "application/jsonl",
     };
+    let include_feedback = req.include_feedback == Some(true);
     let q = match req.plan()? {
         Planned::Sql(q) => q,
+        Planned::Expand { .. } if include_feedback => {
+            return Err(ApiError::bad_request(
+                "include_feedback together with expand_columns is not supported yet",
+            ));
+        }
         Planned::Expand { candidates, plan } => {
             let store = state.store.clone();
             let chunks = if plan.sort.is_some() {
-                expand::sorted(store, candidates, plan).await?
+                expand::sorted(store, candidates, *plan).await?
             } else {
-                expand::stream(store, candidates, plan).await?
+                expand::stream(store, candidates, *plan).await?
             };
             let body = chunks.map(|c| {
                 c.map_err(|e| {
@@ -89,22 +96,27 @@ async fn stream_query(
     let mut rows = state.store.query_calls(q).await?;
     // Errors must become a status before the first byte (CONTRACT §3): look at the first row.
     let first = rows.next().await.transpose()?;
-    let lines = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256).map(|batch| {
-        let mut buf = Vec::with_capacity(batch.len() * 512);
-        for row in batch {
-            match row {
-                Ok(call) => {
-                    serde_json::to_writer(&mut buf, &call).map_err(std::io::Error::other)?;
-                    buf.push(b'\n');
-                }
-                // Past the first byte the only way to signal an error is to cut the body.
-                Err(e) => {
-                    tracing::error!(error = %e, "calls stream failed mid-way");
-                    return Err(std::io::Error::other(e.to_string()));
-                }
+    let store = state.store.clone();
+    let chunks = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256);
+    let lines = chunks.then(move |batch| {
+        let store = store.clone();
+        async move {
+            // Past the first byte the only way to signal an error is to cut the body.
+            let cut = |e: heddle_store::StoreError| {
+                tracing::error!(error = %e, "calls stream failed mid-way");
+                std::io::Error::other(e.to_string())
+            };
+            let mut calls = batch.into_iter().collect::<Result<Vec<_>, _>>().map_err(cut)?;
+            if include_feedback {
+                crate::feedback::attach(&*store, &mut calls).await.map_err(cut)?;
             }
+            let mut buf = Vec::with_capacity(calls.len() * 512);
+            for call in &calls {
+                serde_json::to_writer(&mut buf, call).map_err(std::io::Error::other)?;
+                buf.push(b'\n');
+            }
+            Ok::<_, std::io::Error>(Bytes::from(buf))
         }
-        Ok::<_, std::io::Error>(Bytes::from(buf))
     });
     let mut resp = Body::from_stream(lines).into_response();
     resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
@@ -121,7 +133,7 @@ async fn query_stats(
     let count = match for_count(req).plan()? {
         Planned::Sql(q) => state.store.count_calls(q).await?,
         Planned::Expand { candidates, plan } if plan.residual.is_some() => {
-            expand::count(state.store.clone(), candidates, plan).await?
+            expand::count(state.store.clone(), candidates, *plan).await?
         }
         // Expansion does not change which calls match.
         Planned::Expand { candidates, .. } => state.store.count_calls(candidates).await?,

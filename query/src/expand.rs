@@ -359,6 +359,8 @@ mod tests {
         }
     }
 
+    use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
+
     #[async_trait]
     impl Store for Counting {
         async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
@@ -427,6 +429,22 @@ mod tests {
             self.count("read_rows");
             self.inner.read_rows(p, d, v).await
         }
+        async fn create_feedback(&self, f: Vec<NewFeedback>) -> Result<Vec<StoredFeedback>> {
+            self.inner.create_feedback(f).await
+        }
+        async fn query_feedback(&self, q: FeedbackQuery) -> Result<(Vec<StoredFeedback>, u64)> {
+            self.inner.query_feedback(q).await
+        }
+        async fn purge_feedback(&self, p: &ProjectId, ids: &[String]) -> Result<()> {
+            self.inner.purge_feedback(p, ids).await
+        }
+        async fn feedback_for_refs(
+            &self,
+            p: &ProjectId,
+            refs: &[String],
+        ) -> Result<Vec<StoredFeedback>> {
+            self.inner.feedback_for_refs(p, refs).await
+        }
         async fn create_key(&self, h: &str, e: Option<&str>) -> Result<()> {
             self.inner.create_key(h, e).await
         }
@@ -458,7 +476,7 @@ mod tests {
 
     fn planned(body: Value) -> (CallsQuery, ExpandPlan) {
         match serde_json::from_value::<CallsQueryReq>(body).unwrap().plan().unwrap() {
-            Planned::Expand { candidates, plan } => (candidates, plan),
+            Planned::Expand { candidates, plan } => (candidates, *plan),
             Planned::Sql(q) => panic!("not an expand plan: {q:?}"),
         }
     }

@@ -8,6 +8,7 @@ use heddle_api::AppState;
 
 mod calls;
 mod expand;
+mod feedback;
 mod files;
 mod graphql;
 mod objects;
@@ -22,6 +23,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(service::routes())
         .merge(graphql::routes())
         .merge(calls::routes())
+        .merge(feedback::routes())
         .merge(objects::routes())
         .merge(files::routes())
         .merge(tables::routes())

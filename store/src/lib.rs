@@ -11,6 +11,7 @@ use bytes::Bytes;
 use futures::Stream;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery};
+use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
 use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
 use heddle_proto::tables::Row;
 use heddle_proto::time::Micros;
@@ -168,6 +169,23 @@ pub trait Store: Send + Sync + 'static {
         digests: &[String],
         with_val: bool,
     ) -> Result<HashMap<String, StoredRow>>;
+
+    /// Stores feedback rows; an id already stored in the project is left as it is (a retried
+    /// batch changes nothing). Returns the stored row of every item, in order.
+    async fn create_feedback(&self, items: Vec<NewFeedback>) -> Result<Vec<StoredFeedback>>;
+
+    /// The feedback rows matching `q` (sorted, paged) and how many match without paging.
+    async fn query_feedback(&self, q: FeedbackQuery) -> Result<(Vec<StoredFeedback>, u64)>;
+
+    /// Hard-deletes the project's feedback rows with these ids.
+    async fn purge_feedback(&self, project: &ProjectId, ids: &[String]) -> Result<()>;
+
+    /// The feedback rows whose `weave_ref` is one of `refs`, oldest first (per ref).
+    async fn feedback_for_refs(
+        &self,
+        project: &ProjectId,
+        refs: &[String],
+    ) -> Result<Vec<StoredFeedback>>;
 
     async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()>;
 

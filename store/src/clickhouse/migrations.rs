@@ -13,6 +13,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (1, include_str!("migrations/0001_init.sql")),
     (2, include_str!("migrations/0002_objects_files.sql")),
     (3, include_str!("migrations/0003_tables.sql")),
+    (5, include_str!("migrations/0005_feedback.sql")),
 ];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
@@ -109,6 +110,15 @@ mod tests {
         let tables = statements(MIGRATIONS[2].1);
         assert_eq!(tables.len(), 2, "{tables:#?}");
         assert!(tables.iter().all(|s| s.starts_with("CREATE TABLE IF NOT EXISTS")), "{tables:#?}");
+    }
+
+    #[test]
+    fn feedback_migration_is_idempotent() {
+        let (version, file) = MIGRATIONS.iter().find(|(v, _)| *v == 5).expect("version 5");
+        let stmts = statements(file);
+        assert_eq!((*version, stmts.len()), (5, 1), "{stmts:#?}");
+        assert!(stmts[0].starts_with("CREATE TABLE IF NOT EXISTS feedback"), "{stmts:#?}");
+        assert!(stmts[0].contains("ORDER BY (project_id, id)"), "{stmts:#?}");
     }
 
     #[test]

@@ -21,14 +21,15 @@ use clickhouse::Client;
 use futures::StreamExt;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{CallPart, CallsQuery};
+use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
 use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
 use heddle_proto::time::Micros;
 use serde_json::value::RawValue;
 
 use self::rows::{
-    Blob, CallRow, ChunkDataRow, FileChunkRow, FileMetaRow, FileRow, KeyEntityRow, KeyRow,
-    LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow, ObjectValRow, PartRow, StoredRowRow,
-    TableListRow, TableRowRow, TableSliceRow,
+    Blob, CallRow, ChunkDataRow, FeedbackReadRow, FeedbackRow, FileChunkRow, FileMetaRow, FileRow,
+    KeyEntityRow, KeyRow, LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow, ObjectValRow,
+    PartRow, StoredRowRow, TableListRow, TableRowRow, TableSliceRow,
 };
 use self::sql::{ObjectBy, Sql};
 use crate::objects::{self, LiveVersion};
@@ -551,6 +552,89 @@ impl Store for ClickHouseStore {
                     None
                 };
                 out.insert(r.digest, StoredRow { size_bytes: r.size_bytes, val });
+            }
+        }
+        Ok(out)
+    }
+
+    /// Ids already stored are skipped (found first, under the project's lock stripe, so two
+    /// sends of one batch through this process insert once; a race across processes leaves a
+    /// duplicate row that FINAL reads and merges collapse).
+    async fn create_feedback(&self, items: Vec<NewFeedback>) -> Result<Vec<StoredFeedback>> {
+        let mut out: Vec<Option<StoredFeedback>> = vec![None; items.len()];
+        let mut by_project: HashMap<ProjectId, Vec<(usize, NewFeedback)>> = HashMap::new();
+        for (i, f) in items.into_iter().enumerate() {
+            by_project.entry(f.project.clone()).or_default().push((i, f));
+        }
+        for (project, items) in by_project {
+            let _guard = self.object_lock(&project, "\0feedback").lock().await;
+            let ids: Vec<String> = items.iter().map(|(_, f)| f.id.clone()).collect();
+            let mut stored: HashMap<String, StoredFeedback> = HashMap::new();
+            for chunk in ids.chunks(ROWS_PER_LOOKUP) {
+                let rows: Vec<FeedbackReadRow> = sql::feedback_by_ids(project.as_str(), chunk)
+                    .query(&self.client)
+                    .fetch_all()
+                    .await
+                    .map_err(backend)?;
+                for r in rows {
+                    let r = r.into_stored().map_err(backend)?;
+                    stored.insert(r.id.clone(), r);
+                }
+            }
+            let mut rows = Vec::new();
+            for (i, f) in items {
+                if let Some(existing) = stored.get(&f.id) {
+                    out[i] = Some(existing.clone());
+                    continue;
+                }
+                let row = StoredFeedback::from(f.clone());
+                stored.insert(f.id.clone(), row.clone());
+                out[i] = Some(row);
+                rows.push(FeedbackRow::from_new(f));
+            }
+            self.insert::<FeedbackRow>(sql::FEEDBACK, &rows).await?;
+        }
+        Ok(out.into_iter().map(|r| r.expect("every item answered")).collect())
+    }
+
+    async fn query_feedback(&self, q: FeedbackQuery) -> Result<(Vec<StoredFeedback>, u64)> {
+        let rows: Vec<FeedbackReadRow> =
+            sql::select_feedback(&q).query(&self.client).fetch_all().await.map_err(backend)?;
+        let total: u64 =
+            sql::count_feedback(&q).query(&self.client).fetch_one().await.map_err(backend)?;
+        let rows = rows
+            .into_iter()
+            .map(|r| r.into_stored().map_err(backend))
+            .collect::<Result<Vec<_>>>()?;
+        Ok((rows, total))
+    }
+
+    async fn purge_feedback(&self, project: &ProjectId, ids: &[String]) -> Result<()> {
+        for chunk in ids.chunks(ROWS_PER_LOOKUP) {
+            sql::purge_feedback(project.as_str(), chunk)
+                .query(&self.client)
+                .with_setting("wait_end_of_query", "1")
+                .execute()
+                .await
+                .map_err(backend)?;
+        }
+        Ok(())
+    }
+
+    async fn feedback_for_refs(
+        &self,
+        project: &ProjectId,
+        refs: &[String],
+    ) -> Result<Vec<StoredFeedback>> {
+        let mut out = Vec::new();
+        for chunk in refs.chunks(ROWS_PER_LOOKUP) {
+            let rows: Vec<FeedbackReadRow> = sql::feedback_for_refs(project.as_str(), chunk)
+                .query(&self.client)
+                .fetch_all()
+                .await
+                .map_err(backend)?;
+            for r in rows {
+                out.push(r.into_stored().map_err(backend)?);
             }
         }
         Ok(out)

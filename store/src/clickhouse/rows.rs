@@ -3,6 +3,7 @@
 
 use clickhouse::Row;
 use heddle_proto::calls::{Call, CallPart, derive_summary};
+use heddle_proto::feedback::{NewFeedback, StoredFeedback};
 use heddle_proto::time::Micros;
 use heddle_proto::{ProjectId, ProtoError};
 use serde::{Deserialize, Serialize};
@@ -458,5 +459,87 @@ mod tests {
             ["weave:///e/p/object/x:1", "weave:///e/p/op/f:2", "weave-trace-internal:///x"]
         );
         assert_eq!(index_json("not json"), Indexed::default());
+    }
+}
+
+/// A row of `feedback`, as inserted.
+#[derive(Debug, Row, Serialize)]
+pub struct FeedbackRow {
+    pub project_id: String,
+    pub id: String,
+    pub weave_ref: String,
+    pub feedback_type: String,
+    pub creator: Option<String>,
+    pub payload: String,
+    pub payload_q: String,
+    pub created_at: i64,
+    pub wb_user_id: Option<String>,
+    pub annotation_ref: Option<String>,
+    pub runnable_ref: Option<String>,
+    pub call_ref: Option<String>,
+    pub trigger_ref: Option<String>,
+    pub queue_id: Option<String>,
+    pub extra: String,
+}
+
+impl FeedbackRow {
+    pub fn from_new(f: NewFeedback) -> FeedbackRow {
+        FeedbackRow {
+            project_id: f.project.as_str().to_owned(),
+            payload_q: index_json(&f.payload).q,
+            id: f.id,
+            weave_ref: f.weave_ref,
+            feedback_type: f.feedback_type,
+            creator: f.creator,
+            payload: f.payload,
+            created_at: f.created_at.0,
+            wb_user_id: Some(f.wb_user_id),
+            annotation_ref: f.annotation_ref,
+            runnable_ref: f.runnable_ref,
+            call_ref: f.call_ref,
+            trigger_ref: f.trigger_ref,
+            queue_id: f.queue_id,
+            extra: f.extra,
+        }
+    }
+}
+
+/// A feedback row as `sql::FEEDBACK_COLUMNS` selects it.
+#[derive(Debug, Row, Deserialize)]
+pub struct FeedbackReadRow {
+    pub project_id: String,
+    pub id: String,
+    pub weave_ref: String,
+    pub feedback_type: String,
+    pub creator: Option<String>,
+    pub payload: String,
+    pub created_us: i64,
+    pub wb_user_id: Option<String>,
+    pub annotation_ref: Option<String>,
+    pub runnable_ref: Option<String>,
+    pub call_ref: Option<String>,
+    pub trigger_ref: Option<String>,
+    pub queue_id: Option<String>,
+    pub extra: String,
+}
+
+impl FeedbackReadRow {
+    pub fn into_stored(self) -> Result<StoredFeedback, ProtoError> {
+        Ok(StoredFeedback {
+            project: ProjectId::parse(&self.project_id)?,
+            id: self.id,
+            weave_ref: self.weave_ref,
+            feedback_type: self.feedback_type,
+            creator: self.creator,
+            payload: self.payload,
+            created_at: Micros(self.created_us),
+            wb_user_id: self.wb_user_id,
+            annotation_ref: self.annotation_ref,
+            runnable_ref: self.runnable_ref,
+            call_ref: self.call_ref,
+            trigger_ref: self.trigger_ref,
+            queue_id: self.queue_id,
+            extra: self.extra,
+        })
     }
 }

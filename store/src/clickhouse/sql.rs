@@ -9,7 +9,10 @@
 
 use std::fmt::Write as _;
 
-use heddle_proto::calls::{CallColumn, CallField, CallsFilter, CallsQuery, JsonRoot};
+use heddle_proto::calls::{
+    CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
+};
+use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
 use heddle_proto::objects::{ObjSortField, ObjectsQuery};
 use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
 
@@ -165,6 +168,9 @@ pub fn select_calls(q: &CallsQuery) -> Sql {
         order_by(&mut sql, q);
         paging(&mut sql, q.limit, q.offset);
         sql.push(") GROUP BY project_id, id) AS c");
+        if uses_feedback(q, false) {
+            feedback_join(&mut sql, q.project.as_str());
+        }
         order_by(&mut sql, q);
     } else {
         calls_from(&mut sql, q);
@@ -212,7 +218,11 @@ pub fn count_calls(q: &CallsQuery) -> Sql {
 fn calls_from(sql: &mut Sql, q: &CallsQuery) {
     sql.push("(").push(CALLS_AGG).bind_str(q.project.as_str());
     prefilter(sql, q);
-    sql.push(" GROUP BY project_id, id) AS c WHERE started AND deleted_at IS NULL");
+    sql.push(" GROUP BY project_id, id) AS c");
+    if uses_feedback(q, true) {
+        feedback_join(sql, q.project.as_str());
+    }
+    sql.push(" WHERE started AND deleted_at IS NULL");
     filter(sql, &q.filter);
     if let Some(e) = &q.expr {
         sql.push(" AND (");
@@ -317,6 +327,23 @@ fn json_source(root: JsonRoot) -> &'static str {
     }
 }
 
+/// Where a JSON path is read from: a call's member, or an expression's JSON text (feedback).
+trait JsonSrc: Copy {
+    fn src(&self) -> &str;
+}
+
+impl JsonSrc for JsonRoot {
+    fn src(&self) -> &str {
+        json_source(*self)
+    }
+}
+
+impl JsonSrc for &str {
+    fn src(&self) -> &str {
+        self
+    }
+}
+
 /// A path segment as ClickHouse JSON functions take it: decimal segments index arrays
 /// (1-based in ClickHouse, 0-based in the query language), others are object keys.
 fn segment_index(seg: &str) -> Option<u64> {
@@ -338,15 +365,15 @@ fn path_args(sql: &mut Sql, segs: &[String]) {
 }
 
 /// `JSONType(src, path...)`.
-fn json_type(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
-    sql.push("JSONType(").push(json_source(root));
+fn json_type(sql: &mut Sql, root: impl JsonSrc, segs: &[String]) {
+    sql.push("JSONType(").push(root.src());
     path_args(sql, segs);
     sql.push(")");
 }
 
 /// Whether every array index of the path applies to an array: ClickHouse would take an index on
 /// an object as the n-th member, the query language (like SQLite's JSON paths) finds nothing.
-fn index_guards(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
+fn index_guards(sql: &mut Sql, root: impl JsonSrc, segs: &[String]) {
     sql.push("1");
     for (i, s) in segs.iter().enumerate() {
         if segment_index(s).is_some() {
@@ -360,22 +387,22 @@ fn index_guards(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
 /// A JSON path with string semantics: scalars as their JSON text (strings unquoted), and
 /// `''` for missing, null, objects and arrays (CONTRACT §2). Numbers are either integers that
 /// ClickHouse writes back exactly, or strings in the `_q` copy holding their exact text.
-fn json_string(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
+fn json_string(sql: &mut Sql, root: impl JsonSrc, segs: &[String]) {
     sql.push("multiIf(NOT (");
     index_guards(sql, root, segs);
     sql.push("), '', ");
     json_type(sql, root, segs);
-    sql.push(" = 'String', JSONExtractString(").push(json_source(root));
+    sql.push(" = 'String', JSONExtractString(").push(root.src());
     path_args(sql, segs);
     sql.push("), ");
     json_type(sql, root, segs);
-    sql.push(" IN ('Int64', 'UInt64', 'Double', 'Bool'), JSONExtractRaw(").push(json_source(root));
+    sql.push(" IN ('Int64', 'UInt64', 'Double', 'Bool'), JSONExtractRaw(").push(root.src());
     path_args(sql, segs);
     sql.push("), '')");
 }
 
 /// Present and not JSON null.
-fn json_exists(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
+fn json_exists(sql: &mut Sql, root: impl JsonSrc, segs: &[String]) {
     sql.push("(");
     index_guards(sql, root, segs);
     sql.push(" AND ");
@@ -413,7 +440,225 @@ fn field(sql: &mut Sql, f: &CallField) {
         CallField::TraceName => {
             sql.push(TRACE_NAME_SQL);
         }
+        CallField::Feedback(sel) => feedback_of_call(sql, sel),
     }
+}
+
+/// A field a query expression can read: calls and feedback rows have their own.
+trait FieldSql {
+    fn value(&self, sql: &mut Sql);
+    /// Whether the field has JSON-path semantics (missing reads as `''`).
+    fn is_json(&self) -> bool;
+    /// "Present and not JSON null", for a field with `is_json`.
+    fn exists(&self, sql: &mut Sql);
+}
+
+impl FieldSql for CallField {
+    fn value(&self, sql: &mut Sql) {
+        field(sql, self)
+    }
+    fn is_json(&self) -> bool {
+        matches!(self, CallField::Json(..) | CallField::Feedback(_))
+    }
+    fn exists(&self, sql: &mut Sql) {
+        match self {
+            CallField::Json(root, segs) => json_exists(sql, *root, segs),
+            other => {
+                sql.push("(");
+                field(sql, other);
+                sql.push(" != '')");
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Feedback on calls (`feedback.[<type>]...` fields of call queries)
+
+/// Whether a calls query reads feedback fields, and so needs [`feedback_join`].
+fn uses_feedback(q: &CallsQuery, with_expr: bool) -> bool {
+    fn op(o: &TOperand<CallField>) -> bool {
+        match o {
+            TOperand::Lit(_) => false,
+            TOperand::Field(f) => matches!(f, CallField::Feedback(_)),
+            TOperand::Convert(inner, ..) => op(inner),
+            TOperand::Expr(e) => ex(e),
+        }
+    }
+    fn ex(e: &TExpr<CallField>) -> bool {
+        match e {
+            TExpr::And(xs) | TExpr::Or(xs) => xs.iter().any(ex),
+            TExpr::Not(x) => ex(x),
+            TExpr::Cmp(_, a, b) => op(a) || op(b),
+            TExpr::IsNull(a) => op(a),
+            TExpr::In(a, bs) => op(a) || bs.iter().any(op),
+            TExpr::Contains { input, substr, .. } => op(input) || op(substr),
+        }
+    }
+    q.sort.iter().any(|(f, _)| matches!(f, CallField::Feedback(_)))
+        || (with_expr && q.expr.as_ref().is_some_and(ex))
+}
+
+/// Joins each aggregated call (`c`) with its feedback rows, newest first, as one array
+/// `fb_rows` of `(created_at, id, feedback_type, payload JSON, runnable_ref, trigger_ref)`.
+/// Calls without feedback get an empty array. Only queries reading feedback fields join.
+fn feedback_join(sql: &mut Sql, project: &str) {
+    sql.push(
+        " LEFT JOIN (SELECT weave_ref, arrayReverseSort(groupArray(tuple(created_at, id, \
+         feedback_type, if(empty(payload_q), payload, payload_q), ifNull(runnable_ref, ''), \
+         ifNull(trigger_ref, '')))) AS fb_rows FROM feedback FINAL WHERE project_id = ",
+    )
+    .bind_str(project)
+    .push(
+        " GROUP BY weave_ref) AS fb ON fb.weave_ref = concat('weave:///', c.project_id, \
+         '/call/', c.id)",
+    );
+}
+
+/// `feedback.[<type>]...`: of the call's feedback rows of the type, the newest non-empty value,
+/// else `''` (as SQLite's correlated subquery computes it).
+fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
+    sql.push("arrayFirst(x -> x != '', arrayMap(r -> ");
+    if let Some(ty) = &sel.feedback_type {
+        sql.push("if(tupleElement(r, 3) = ").bind_str(ty).push(", ");
+    }
+    match &sel.target {
+        FeedbackTarget::Payload(segs) => {
+            // Objects and arrays read as their JSON text here, not as '' (the reference server
+            // reads feedback with JSON_VALUE allowing complex values): the SDK's scored_by tests
+            // `payload.output`, usually a dict, for non-emptiness.
+            let src = "tupleElement(r, 4)";
+            sql.push("if(");
+            json_exists(sql, src, segs);
+            sql.push(" AND ");
+            json_type(sql, src, segs);
+            sql.push(" IN ('Object', 'Array'), JSONExtractRaw(").push(src);
+            path_args(sql, segs);
+            sql.push("), ");
+            json_string(sql, src, segs);
+            sql.push(")");
+        }
+        FeedbackTarget::RunnableRef => {
+            sql.push("tupleElement(r, 5)");
+        }
+        FeedbackTarget::TriggerRef => {
+            sql.push("tupleElement(r, 6)");
+        }
+    }
+    if sel.feedback_type.is_some() {
+        sql.push(", '')");
+    }
+    sql.push(", fb_rows))");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Feedback rows (`/feedback/*`)
+
+/// The payload's JSON text for the query language (see `FeedbackRow::payload_q`).
+const PAYLOAD_SRC: &str = "if(empty(payload_q), payload, payload_q)";
+
+impl FieldSql for FeedbackField {
+    fn value(&self, sql: &mut Sql) {
+        match self {
+            FeedbackField::Column(c) => {
+                sql.push(c.name());
+            }
+            FeedbackField::Payload(segs) => json_string(sql, PAYLOAD_SRC, segs),
+        }
+    }
+    fn is_json(&self) -> bool {
+        matches!(self, FeedbackField::Payload(_))
+    }
+    fn exists(&self, sql: &mut Sql) {
+        if let FeedbackField::Payload(segs) = self {
+            json_exists(sql, PAYLOAD_SRC, segs)
+        }
+    }
+}
+
+/// Table feedback rows are written to (migrations/0005_feedback.sql).
+pub const FEEDBACK: &str = "feedback";
+
+/// Columns of a feedback row, in the order and with the names of `FeedbackReadRow`.
+const FEEDBACK_COLUMNS: &str = "project_id, id, weave_ref, feedback_type, creator, payload, \
+     toUnixTimestamp64Micro(created_at) AS created_us, wb_user_id, annotation_ref, runnable_ref, \
+     call_ref, trigger_ref, queue_id, extra";
+
+fn feedback_where(sql: &mut Sql, q: &FeedbackQuery) {
+    sql.push(" FROM feedback FINAL WHERE project_id = ").bind_str(q.project.as_str());
+    if let Some(e) = &q.expr {
+        sql.push(" AND (");
+        expr(sql, e);
+        sql.push(")");
+    }
+}
+
+/// `/feedback/query`: the project's rows matching the query, sorted and paged.
+pub fn select_feedback(q: &FeedbackQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT ").push(FEEDBACK_COLUMNS);
+    feedback_where(&mut sql, q);
+    sql.push(" ORDER BY ");
+    for (i, (f, dir)) in q.sort.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        let d = match dir {
+            Direction::Asc => " ASC",
+            Direction::Desc => " DESC",
+        };
+        match f {
+            FeedbackField::Payload(segs) => {
+                json_exists(&mut sql, PAYLOAD_SRC, segs);
+                sql.push(" DESC, ");
+                to_double(&mut sql, |s| json_string(s, PAYLOAD_SRC, segs));
+                sql.push(d).push(" NULLS LAST, ");
+                json_string(&mut sql, PAYLOAD_SRC, segs);
+                sql.push(d);
+            }
+            FeedbackField::Column(c) => {
+                sql.push(c.name()).push(d);
+                sql.push(if *dir == Direction::Asc { " NULLS FIRST" } else { " NULLS LAST" });
+            }
+        }
+    }
+    paging(&mut sql, q.limit, q.offset);
+    sql
+}
+
+/// How many rows `select_feedback` matches without paging.
+pub fn count_feedback(q: &FeedbackQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT count()");
+    feedback_where(&mut sql, q);
+    sql
+}
+
+/// The project's rows with these ids (to skip ids already stored).
+pub fn feedback_by_ids(project: &str, ids: &[String]) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT ").push(FEEDBACK_COLUMNS);
+    sql.push(" FROM feedback FINAL WHERE project_id = ").bind_str(project);
+    sql.push(" AND id IN ").bind(Param::StrList(ids.to_vec()));
+    sql
+}
+
+/// The project's rows on these targets, oldest first.
+pub fn feedback_for_refs(project: &str, refs: &[String]) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT ").push(FEEDBACK_COLUMNS);
+    sql.push(" FROM feedback FINAL WHERE project_id = ").bind_str(project);
+    sql.push(" AND weave_ref IN ").bind(Param::StrList(refs.to_vec()));
+    sql.push(" ORDER BY created_at, id");
+    sql
+}
+
+/// Hard delete (a lightweight DELETE: rows vanish from reads at once).
+pub fn purge_feedback(project: &str, ids: &[String]) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("DELETE FROM feedback WHERE project_id = ").bind_str(project);
+    sql.push(" AND id IN ").bind(Param::StrList(ids.to_vec()));
+    sql
 }
 
 fn literal(sql: &mut Sql, l: &Lit) {
@@ -428,10 +673,10 @@ fn literal(sql: &mut Sql, l: &Lit) {
     };
 }
 
-fn operand(sql: &mut Sql, o: &TOperand<CallField>) {
+fn operand<F: FieldSql>(sql: &mut Sql, o: &TOperand<F>) {
     match o {
         TOperand::Lit(l) => literal(sql, l),
-        TOperand::Field(f) => field(sql, f),
+        TOperand::Field(f) => f.value(sql),
         TOperand::Expr(e) => {
             sql.push("(");
             expr(sql, e);
@@ -451,11 +696,13 @@ fn to_double(sql: &mut Sql, render: impl Fn(&mut Sql)) {
     sql.push(")), NULL)");
 }
 
-fn convert(sql: &mut Sql, inner: &TOperand<CallField>, from: ValueType, to: ConvertTo) {
+fn convert<F: FieldSql>(sql: &mut Sql, inner: &TOperand<F>, from: ValueType, to: ConvertTo) {
     use ValueType as T;
     if to == ConvertTo::Exists {
-        if let TOperand::Field(CallField::Json(root, segs)) = inner {
-            return json_exists(sql, *root, segs);
+        if let TOperand::Field(f) = inner
+            && f.is_json()
+        {
+            return f.exists(sql);
         }
         sql.push("(");
         operand(sql, inner);
@@ -498,7 +745,7 @@ fn convert(sql: &mut Sql, inner: &TOperand<CallField>, from: ValueType, to: Conv
     sql.push(post);
 }
 
-fn expr(sql: &mut Sql, e: &TExpr<CallField>) {
+fn expr<F: FieldSql>(sql: &mut Sql, e: &TExpr<F>) {
     match e {
         TExpr::And(xs) | TExpr::Or(xs) => {
             let sep = if matches!(e, TExpr::And(_)) { " AND " } else { " OR " };
@@ -527,7 +774,9 @@ fn expr(sql: &mut Sql, e: &TExpr<CallField>) {
         TExpr::IsNull(a) => {
             sql.push("(");
             operand(sql, a);
-            if let TOperand::Field(CallField::Json(..)) = a {
+            if let TOperand::Field(f) = a
+                && f.is_json()
+            {
                 // Missing and JSON null read as '' (CONTRACT §2).
                 sql.push(" = '')");
             } else {
@@ -903,6 +1152,48 @@ mod tests {
             rest = &rest[end..];
         }
         assert_eq!(n, sql.params.len(), "{}", sql.text);
+    }
+
+    #[test]
+    fn feedback_values_are_always_bound() {
+        let evil = "x'); DROP TABLE feedback; --";
+        let calls = compile(json!({
+            "project_id": "e/p",
+            "query": {"$expr": {"$and": [
+                {"$eq": [{"$getField": format!("feedback.[{evil}].payload.{evil}.0")},
+                         {"$literal": evil}]},
+                {"$eq": [{"$getField": "feedback.[*].runnable_ref"}, {"$literal": evil}]},
+            ]}},
+            "sort_by": [{"field": format!("feedback.[{evil}].trigger_ref"), "direction": "desc"}],
+            "limit": 10
+        }));
+        let fq: heddle_proto::feedback::FeedbackQueryReq = serde_json::from_value(json!({
+            "project_id": "e/p",
+            "query": {"$expr": {"$or": [
+                {"$eq": [{"$getField": format!("payload.{evil}")}, {"$literal": evil}]},
+                {"$in": [{"$getField": "weave_ref"}, [{"$literal": evil}]]},
+                {"$contains": {"input": {"$getField": "creator"}, "substr": {"$literal": evil}}}
+            ]}},
+            "sort_by": [{"field": format!("payload.{evil}"), "direction": "asc"}],
+            "limit": 3, "offset": 1
+        }))
+        .unwrap();
+        let (fq, _) = fq.validate().unwrap();
+        let ids = [evil.to_owned()];
+        for sql in [
+            select_calls(&calls),
+            count_calls(&calls),
+            select_feedback(&fq),
+            count_feedback(&fq),
+            feedback_by_ids(evil, &ids),
+            feedback_for_refs(evil, &ids),
+            purge_feedback(evil, &ids),
+        ] {
+            assert!(!sql.text.contains("DROP"), "{}", sql.text);
+            check_placeholders(&sql);
+        }
+        assert!(select_calls(&calls).text.contains("LEFT JOIN"), "feedback fields join");
+        assert!(!select_calls(&compile(json!({"project_id": "e/p"}))).text.contains("JOIN"));
     }
 
     #[test]

@@ -10,6 +10,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_live_calls_index.sql"),
     include_str!("migrations/0003_objects_files.sql"),
     include_str!("migrations/0004_tables.sql"),
+    include_str!("migrations/0005_feedback.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -52,7 +53,16 @@ mod tests {
             .unwrap();
         assert_eq!(
             tables,
-            ["api_keys", "calls", "file_chunks", "files", "objects", "table_rows", "tables"]
+            [
+                "api_keys",
+                "calls",
+                "feedback",
+                "file_chunks",
+                "files",
+                "objects",
+                "table_rows",
+                "tables"
+            ]
         );
     }
 

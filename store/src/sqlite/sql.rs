@@ -2,7 +2,10 @@
 //! [`CallsQuery`] as one parameterised statement. User values only ever travel as bound
 //! parameters; the only text spliced in is column names and operators chosen from enums here.
 
-use heddle_proto::calls::{CallColumn, CallField, CallsFilter, CallsQuery, JsonRoot};
+use heddle_proto::calls::{
+    CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
+};
+use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
 use heddle_proto::objects::{ObjSortField, ObjectsQuery};
 use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
 use rusqlite::types::Value;
@@ -399,7 +402,11 @@ fn json_path(segs: &[String]) -> String {
 /// A JSON path with string semantics: scalars as their JSON text (strings unquoted), and
 /// `''` for missing, null, objects and arrays (CONTRACT §2).
 fn json_string(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
-    let (col, path) = (json_column(root), json_path(segs));
+    json_string_in(sql, json_column(root), segs)
+}
+
+fn json_string_in(sql: &mut Sql, col: &str, segs: &[String]) {
+    let path = json_path(segs);
     sql.push("COALESCE(CASE json_type(").push(col).push(", ").bind(path.clone());
     sql.push(") WHEN 'text' THEN ").push(col).push(" ->> ").bind(path.clone());
     sql.push(" WHEN 'integer' THEN ").push(col).push(" -> ").bind(path.clone());
@@ -408,7 +415,10 @@ fn json_string(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
 }
 
 fn json_exists(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
-    let col = json_column(root);
+    json_exists_in(sql, json_column(root), segs)
+}
+
+fn json_exists_in(sql: &mut Sql, col: &str, segs: &[String]) {
     sql.push("(COALESCE(json_type(")
         .push(col)
         .push(", ")
@@ -436,7 +446,168 @@ fn field(sql: &mut Sql, f: &CallField) {
         CallField::TraceName => {
             sql.push("COALESCE(display_name, hd_op_name(op_name))");
         }
+        CallField::Feedback(sel) => feedback_of_call(sql, sel),
     }
+}
+
+/// A field a query expression can read: calls and feedback rows have their own.
+trait FieldSql {
+    fn value(&self, sql: &mut Sql);
+    /// Whether the field has JSON-path semantics (missing reads as `''`).
+    fn is_json(&self) -> bool;
+    /// "Present and not JSON null", for a field with `is_json`.
+    fn exists(&self, sql: &mut Sql);
+}
+
+impl FieldSql for CallField {
+    fn value(&self, sql: &mut Sql) {
+        field(sql, self)
+    }
+    fn is_json(&self) -> bool {
+        matches!(self, CallField::Json(..) | CallField::Feedback(_))
+    }
+    fn exists(&self, sql: &mut Sql) {
+        match self {
+            CallField::Json(root, segs) => json_exists(sql, *root, segs),
+            other => {
+                sql.push("(");
+                field(sql, other);
+                sql.push(" != '')");
+            }
+        }
+    }
+}
+
+/// `feedback.[<type>]...` of the call (CONTRACT §2): of the call's feedback rows of the type,
+/// the newest non-empty value, else `''`. A correlated subquery on `feedback_by_ref`.
+fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
+    sql.push("COALESCE((SELECT v FROM (SELECT ");
+    match &sel.target {
+        FeedbackTarget::Payload(segs) => {
+            // Objects and arrays read as their JSON text here, not as '' (the reference server
+            // reads feedback with JSON_VALUE allowing complex values): the SDK's scored_by tests
+            // `payload.output`, usually a dict, for non-emptiness.
+            let path = json_path(segs);
+            sql.push("CASE WHEN json_type(f.payload, ").bind(path.clone());
+            sql.push(") IN ('object', 'array') THEN f.payload -> ").bind(path);
+            sql.push(" ELSE ");
+            json_string_in(sql, "f.payload", segs);
+            sql.push(" END");
+        }
+        FeedbackTarget::RunnableRef => {
+            sql.push("COALESCE(f.runnable_ref, '')");
+        }
+        FeedbackTarget::TriggerRef => {
+            sql.push("COALESCE(f.trigger_ref, '')");
+        }
+    }
+    sql.push(
+        " AS v, f.created_at AS t, f.id AS i FROM feedback f WHERE f.project_id = calls.project_id \
+         AND f.weave_ref = 'weave:///' || calls.project_id || '/call/' || calls.id",
+    );
+    if let Some(ty) = &sel.feedback_type {
+        sql.push(" AND f.feedback_type = ").bind(ty.clone());
+    }
+    sql.push(") WHERE v != '' ORDER BY t DESC, i DESC LIMIT 1), '')");
+}
+
+impl FieldSql for FeedbackField {
+    fn value(&self, sql: &mut Sql) {
+        match self {
+            FeedbackField::Column(c) => {
+                sql.push(c.name());
+            }
+            FeedbackField::Payload(segs) => json_string_in(sql, "payload", segs),
+        }
+    }
+    fn is_json(&self) -> bool {
+        matches!(self, FeedbackField::Payload(_))
+    }
+    fn exists(&self, sql: &mut Sql) {
+        if let FeedbackField::Payload(segs) = self {
+            json_exists_in(sql, "payload", segs)
+        }
+    }
+}
+
+/// Columns of a feedback row in the order `row_to_feedback` reads them.
+pub const FEEDBACK_COLUMNS: &str = "project_id, id, weave_ref, feedback_type, creator, payload, \
+     created_at, wb_user_id, annotation_ref, runnable_ref, call_ref, trigger_ref, queue_id, extra";
+
+pub const INSERT_FEEDBACK: &str = "
+INSERT INTO feedback (project_id, id, weave_ref, feedback_type, creator, payload, created_at,
+                      wb_user_id, annotation_ref, runnable_ref, call_ref, trigger_ref, queue_id,
+                      extra)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+ON CONFLICT (project_id, id) DO NOTHING
+";
+
+pub fn select_feedback_by_id() -> String {
+    format!("SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE project_id = ?1 AND id = ?2")
+}
+
+/// ?2 is a JSON array of ids.
+pub const PURGE_FEEDBACK: &str =
+    "DELETE FROM feedback WHERE project_id = ?1 AND id IN (SELECT value FROM json_each(?2))";
+
+/// ?2 is a JSON array of refs.
+pub fn feedback_for_refs() -> String {
+    format!(
+        "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE project_id = ?1 \
+         AND weave_ref IN (SELECT value FROM json_each(?2)) ORDER BY created_at, id"
+    )
+}
+
+fn feedback_where(sql: &mut Sql, q: &FeedbackQuery) {
+    sql.push(" FROM feedback WHERE project_id = ").bind(q.project.as_str().to_owned());
+    if let Some(e) = &q.expr {
+        sql.push(" AND (");
+        expr(sql, e);
+        sql.push(")");
+    }
+}
+
+/// `/feedback/query`: the project's rows matching the query, sorted and paged.
+pub fn select_feedback(q: &FeedbackQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT ").push(FEEDBACK_COLUMNS);
+    feedback_where(&mut sql, q);
+    sql.push(" ORDER BY ");
+    for (i, (f, dir)) in q.sort.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        let d = match dir {
+            Direction::Asc => " ASC",
+            Direction::Desc => " DESC",
+        };
+        match f {
+            FeedbackField::Payload(segs) => {
+                json_exists_in(&mut sql, "payload", segs);
+                sql.push(" DESC, hd_to_double(");
+                json_string_in(&mut sql, "payload", segs);
+                sql.push(")").push(d).push(" NULLS LAST, ");
+                json_string_in(&mut sql, "payload", segs);
+                sql.push(d);
+            }
+            FeedbackField::Column(c) => {
+                sql.push(c.name()).push(d);
+            }
+        }
+    }
+    if q.limit.is_some() || q.offset > 0 {
+        let limit = q.limit.map_or(-1, |l| l.min(i64::MAX as u64) as i64);
+        sql.push(" LIMIT ").bind(limit).push(" OFFSET ").bind(q.offset.min(i64::MAX as u64) as i64);
+    }
+    sql
+}
+
+/// How many rows `select_feedback` matches without paging.
+pub fn count_feedback(q: &FeedbackQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT COUNT(*)");
+    feedback_where(&mut sql, q);
+    sql
 }
 
 fn literal(sql: &mut Sql, l: &Lit) {
@@ -448,10 +619,10 @@ fn literal(sql: &mut Sql, l: &Lit) {
     };
 }
 
-fn operand(sql: &mut Sql, o: &TOperand<CallField>) {
+fn operand<F: FieldSql>(sql: &mut Sql, o: &TOperand<F>) {
     match o {
         TOperand::Lit(l) => literal(sql, l),
-        TOperand::Field(f) => field(sql, f),
+        TOperand::Field(f) => f.value(sql),
         TOperand::Expr(e) => {
             sql.push("(");
             expr(sql, e);
@@ -461,11 +632,13 @@ fn operand(sql: &mut Sql, o: &TOperand<CallField>) {
     }
 }
 
-fn convert(sql: &mut Sql, inner: &TOperand<CallField>, from: ValueType, to: ConvertTo) {
+fn convert<F: FieldSql>(sql: &mut Sql, inner: &TOperand<F>, from: ValueType, to: ConvertTo) {
     use ValueType as T;
     if to == ConvertTo::Exists {
-        if let TOperand::Field(CallField::Json(root, segs)) = inner {
-            return json_exists(sql, *root, segs);
+        if let TOperand::Field(f) = inner
+            && f.is_json()
+        {
+            return f.exists(sql);
         }
         sql.push("(");
         operand(sql, inner);
@@ -494,7 +667,7 @@ fn convert(sql: &mut Sql, inner: &TOperand<CallField>, from: ValueType, to: Conv
     sql.push(post);
 }
 
-fn expr(sql: &mut Sql, e: &TExpr<CallField>) {
+fn expr<F: FieldSql>(sql: &mut Sql, e: &TExpr<F>) {
     match e {
         TExpr::And(xs) | TExpr::Or(xs) => {
             let sep = if matches!(e, TExpr::And(_)) { " AND " } else { " OR " };
@@ -521,7 +694,9 @@ fn expr(sql: &mut Sql, e: &TExpr<CallField>) {
             sql.push(")");
         }
         TExpr::IsNull(a) => {
-            if let TOperand::Field(CallField::Json(..)) = a {
+            if let TOperand::Field(f) = a
+                && f.is_json()
+            {
                 // Missing and JSON null read as '' (CONTRACT §2).
                 sql.push("(");
                 operand(sql, a);
@@ -611,6 +786,36 @@ mod tests {
         }));
         assert!(!sql.text.contains("DROP"), "{}", sql.text);
         assert_eq!(sql.text.matches('?').count(), sql.params.len());
+    }
+
+    #[test]
+    fn feedback_values_are_always_bound() {
+        let evil = "x'); DROP TABLE feedback; --";
+        let calls = compile(json!({
+            "project_id": "e/p",
+            "query": {"$expr": {"$and": [
+                {"$eq": [{"$getField": format!("feedback.[{evil}].payload.{evil}.0")},
+                         {"$literal": evil}]},
+                {"$eq": [{"$getField": "feedback.[*].runnable_ref"}, {"$literal": evil}]},
+            ]}},
+            "sort_by": [{"field": format!("feedback.[{evil}].trigger_ref"), "direction": "desc"}]
+        }));
+        let fq: heddle_proto::feedback::FeedbackQueryReq = serde_json::from_value(json!({
+            "project_id": "e/p",
+            "query": {"$expr": {"$or": [
+                {"$eq": [{"$getField": format!("payload.{evil}")}, {"$literal": evil}]},
+                {"$in": [{"$getField": "weave_ref"}, [{"$literal": evil}]]},
+                {"$contains": {"input": {"$getField": "creator"}, "substr": {"$literal": evil}}}
+            ]}},
+            "sort_by": [{"field": format!("payload.{evil}"), "direction": "asc"}],
+            "limit": 3, "offset": 1
+        }))
+        .unwrap();
+        let (fq, _) = fq.validate().unwrap();
+        for sql in [calls, select_feedback(&fq), count_feedback(&fq)] {
+            assert!(!sql.text.contains("DROP"), "{}", sql.text);
+            assert_eq!(sql.text.matches('?').count(), sql.params.len(), "{}", sql.text);
+        }
     }
 
     #[test]
