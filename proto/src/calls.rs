@@ -141,6 +141,8 @@ pub struct CallsQueryReq {
     pub limit: Option<i64>,
     pub offset: Option<i64>,
     pub columns: Option<Vec<String>>,
+    /// Adds `summary.weave.costs` (computed after the rows are read: `crate::costs`).
+    pub include_costs: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------------------------

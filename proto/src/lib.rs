@@ -3,6 +3,7 @@
 
 pub mod calls;
 pub mod canonical;
+pub mod costs;
 pub mod digest;
 pub mod error;
 pub mod ids;
@@ -12,6 +13,7 @@ pub mod query;
 pub mod record;
 pub mod refs;
 pub mod tables;
+pub mod threads;
 pub mod time;
 
 pub use error::ProtoError;

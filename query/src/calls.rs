@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::calls::{CallReadReq, CallUpdateReq, CallsDeleteReq, CallsFilter, CallsQueryReq};
+use heddle_proto::costs::PriceBook;
 use serde_json::{Value, json};
 
 /// Most call ids one delete may name (the real server answers 413 above this).
@@ -41,6 +42,7 @@ async fn read(
         limit: Some(1),
         offset: None,
         columns: None,
+        include_costs: None,
     };
     let mut rows = state.store.query_calls(q.validate()?).await?;
     let call = rows.next().await.transpose()?;
@@ -56,14 +58,22 @@ async fn stream_query(
     Json(req): Json<CallsQueryReq>,
 ) -> Result<Response, ApiError> {
     who.check(&req.project_id)?;
+    // Costs are derived per row after the read, with the project's prices loaded once.
+    let prices = match req.include_costs {
+        Some(true) => Some(PriceBook::new(state.store.project_costs(&req.project_id).await?)),
+        _ => None,
+    };
     let mut rows = state.store.query_calls(req.validate()?).await?;
     // Errors must become a status before the first byte (CONTRACT §3): look at the first row.
     let first = rows.next().await.transpose()?;
-    let lines = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256).map(|batch| {
+    let lines = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256).map(move |batch| {
         let mut buf = Vec::with_capacity(batch.len() * 512);
         for row in batch {
             match row {
-                Ok(call) => {
+                Ok(mut call) => {
+                    if let Some(prices) = &prices {
+                        prices.add_costs(&mut call.summary, call.started_at);
+                    }
                     serde_json::to_writer(&mut buf, &call).map_err(std::io::Error::other)?;
                     buf.push(b'\n');
                 }

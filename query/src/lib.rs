@@ -7,12 +7,14 @@ use axum::Router;
 use heddle_api::AppState;
 
 mod calls;
+mod costs;
 mod files;
 mod graphql;
 mod objects;
 mod refs;
 mod service;
 mod tables;
+mod threads;
 
 pub use service::GeoIp;
 
@@ -25,6 +27,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(files::routes())
         .merge(tables::routes())
         .merge(refs::routes())
+        .merge(costs::routes())
+        .merge(threads::routes())
 }
 
 /// Routes that need no API key.

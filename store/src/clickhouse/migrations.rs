@@ -13,6 +13,8 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (1, include_str!("migrations/0001_init.sql")),
     (2, include_str!("migrations/0002_objects_files.sql")),
     (3, include_str!("migrations/0003_tables.sql")),
+    // (4 and 5 belong to other branches: expand_columns, feedback.)
+    (6, include_str!("migrations/0006_costs.sql")),
 ];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -10,6 +10,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0002_live_calls_index.sql"),
     include_str!("migrations/0003_objects_files.sql"),
     include_str!("migrations/0004_tables.sql"),
+    // (0005 is the feedback branch's; this branch alone runs 0006 as its fifth migration.)
+    include_str!("migrations/0006_costs.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -52,7 +54,16 @@ mod tests {
             .unwrap();
         assert_eq!(
             tables,
-            ["api_keys", "calls", "file_chunks", "files", "objects", "table_rows", "tables"]
+            [
+                "api_keys",
+                "calls",
+                "file_chunks",
+                "files",
+                "llm_token_prices",
+                "objects",
+                "table_rows",
+                "tables"
+            ]
         );
     }
 
