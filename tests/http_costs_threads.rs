@@ -50,8 +50,9 @@ async fn costs_create_query_purge() {
     assert_ne!(a_id, b_id);
 
     // Read back, as the SDK queries (match-all, and $in llm_id).
-    let rows = query_costs(&api, json!({"project_id": P, "query": all(), "limit": 100, "offset": 0}))
-        .await;
+    let rows =
+        query_costs(&api, json!({"project_id": P, "query": all(), "limit": 100, "offset": 0}))
+            .await;
     assert_eq!(rows.len(), 2, "{rows:?}");
     let a = query_costs(&api, json!({"project_id": P, "query": by_llm(&["model-a"])})).await;
     assert_eq!(a.len(), 1);
@@ -72,8 +73,8 @@ async fn costs_create_query_purge() {
 
     // Cost id lookup, fields, sorting, paging.
     let one = json!({"$expr": {"$eq": [{"$getField": "id"}, {"$literal": b_id}]}});
-    let got = query_costs(&api, json!({"project_id": P, "query": one, "fields": ["id", "llm_id"]}))
-        .await;
+    let got =
+        query_costs(&api, json!({"project_id": P, "query": one, "fields": ["id", "llm_id"]})).await;
     assert_eq!(got, [json!({"id": b_id, "llm_id": "model-b"})]);
     let sorted = query_costs(
         &api,
@@ -92,7 +93,10 @@ async fn costs_create_query_purge() {
     assert_eq!(query_costs(&api, json!({"project_id": P})).await.len(), 2);
 
     // Purge by $in, then by $or of $eq; purging again or an unknown id is a no-op.
-    assert_eq!(api.post("/cost/purge", &json!({"project_id": P, "query": purge_a.clone()})).await.ok(), json!({}));
+    assert_eq!(
+        api.post("/cost/purge", &json!({"project_id": P, "query": purge_a.clone()})).await.ok(),
+        json!({})
+    );
     let left = query_costs(&api, json!({"project_id": P, "query": all()})).await;
     assert_eq!(left.iter().map(|r| r["id"].clone()).collect::<Vec<_>>(), [json!(b_id)]);
     api.post("/cost/purge", &json!({"project_id": P, "query": purge_a.clone()})).await.ok();
@@ -136,11 +140,17 @@ async fn costs_create_query_purge() {
     let stranger = server.client(Some(&key));
     stranger.post("/cost/query", &json!({"project_id": P})).await.err(403);
     stranger
-        .post("/cost/create", &json!({"project_id": P, "costs": {"m": {"prompt_token_cost": 1,
-              "completion_token_cost": 1}}}))
+        .post(
+            "/cost/create",
+            &json!({"project_id": P, "costs": {"m": {"prompt_token_cost": 1,
+              "completion_token_cost": 1}}}),
+        )
         .await
         .err(403);
-    stranger.post("/cost/purge", &json!({"project_id": P, "query": purge_b.clone()})).await.err(403);
+    stranger
+        .post("/cost/purge", &json!({"project_id": P, "query": purge_b.clone()}))
+        .await
+        .err(403);
 }
 
 fn usage_call(id: &str, started: &str, usage: Value) -> Value {
@@ -301,8 +311,7 @@ async fn threads_aggregate_turn_calls() {
     .await;
     api.call_start(merge_turn(TP, "th-c", "c1", 40.0)).await;
     // Another project's thread of the same name is never counted here.
-    api.complete_calls("ent/elsewhere", vec![turn("ent/elsewhere", "th-a", "x1", 0.0, 5)])
-        .await;
+    api.complete_calls("ent/elsewhere", vec![turn("ent/elsewhere", "th-a", "x1", 0.0, 5)]).await;
     api.post("/calls/delete", &json!({"project_id": TP, "call_ids": ["d1"]})).await.ok();
     server.wait_visible().await;
 
@@ -340,10 +349,7 @@ async fn threads_aggregate_turn_calls() {
         (q(json!({"sort_by": sort("last_updated", "asc")})), vec!["th-b", "th-a", "th-c"]),
         (q(json!({"sort_by": sort("p50_turn_duration_ms", "desc")})), vec!["th-b", "th-a", "th-c"]),
         (q(json!({"sort_by": sort("p99_turn_duration_ms", "asc")})), vec!["th-a", "th-b", "th-c"]),
-        (
-            q(json!({"sort_by": sort("thread_id", "asc"), "limit": 1, "offset": 1})),
-            vec!["th-b"],
-        ),
+        (q(json!({"sort_by": sort("thread_id", "asc"), "limit": 1, "offset": 1})), vec!["th-b"]),
         (q(json!({"sort_by": sort("thread_id", "asc"), "offset": 2})), vec!["th-c"]),
         (q(json!({"filter": {"thread_ids": ["th-b", "nope"]}})), vec!["th-b"]),
         (q(json!({"filter": {"thread_ids": []}})), vec![]),

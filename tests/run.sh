@@ -56,6 +56,7 @@ step "HTTP conformance tests on the ClickHouse store"
 # The same suites, every server on its own ClickHouse (chdb, or CLICKHOUSE_URL's server).
 HEDDLE_TEST_STORE=clickhouse cargo test --test http_calls --test http_objects_files \
     --test http_objects_query --test http_tables_refs --test http_otlp --test http_service_auth \
+    --test http_costs_threads \
     --test restart
 
 step "HTTP conformance tests on the distributed store (Kafka + ClickHouse)"
@@ -63,6 +64,7 @@ step "HTTP conformance tests on the distributed store (Kafka + ClickHouse)"
 # clients wait after each acknowledged ingest request until the consumer has stored it.
 HEDDLE_TEST_STORE=distributed cargo test --test http_calls --test http_objects_files \
     --test http_objects_query --test http_tables_refs --test http_otlp --test http_service_auth \
+    --test http_costs_threads \
     --test restart
 
 step "real-client tests (weave SDK)"

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::sync::LazyLock;
 
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::ProtoError;
@@ -87,7 +87,9 @@ impl CostCreateReq {
         let now = Micros::now();
         let mut out = Vec::with_capacity(self.costs.len());
         for (llm_id, v) in self.costs {
-            if llm_id.is_empty() || llm_id.len() > MAX_LLM_ID || llm_id.chars().any(char::is_control)
+            if llm_id.is_empty()
+                || llm_id.len() > MAX_LLM_ID
+                || llm_id.chars().any(char::is_control)
             {
                 return Err(ProtoError::invalid(format!("invalid llm_id {llm_id:?}")));
             }
@@ -108,12 +110,16 @@ impl CostCreateReq {
                     )));
                 }
             }
-            let unit = |u: Option<String>| u.filter(|u| !u.is_empty()).unwrap_or_else(|| "USD".into());
+            let unit =
+                |u: Option<String>| u.filter(|u| !u.is_empty()).unwrap_or_else(|| "USD".into());
             out.push(CostRecord {
                 id: uuid::Uuid::new_v4().to_string(),
                 project: self.project_id.clone(),
                 llm_id,
-                provider_id: c.provider_id.filter(|p| !p.is_empty()).unwrap_or_else(|| "default".into()),
+                provider_id: c
+                    .provider_id
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| "default".into()),
                 prompt_token_cost: c.prompt_token_cost,
                 completion_token_cost: c.completion_token_cost,
                 prompt_token_cost_unit: unit(c.prompt_token_cost_unit),
@@ -294,11 +300,10 @@ fn operand(o: &TOperand<CostField>, r: &CostRecord) -> V {
                 (_, V::Null) => V::Null,
                 (ConvertTo::Double, V::Num(x)) => V::Num(x),
                 (ConvertTo::Int, V::Num(x)) => V::Num(x.trunc()),
-                (ConvertTo::Double | ConvertTo::Int, V::Str(s)) => {
-                    s.trim().parse::<f64>().map_or(V::Null, |x| {
-                        V::Num(if *to == ConvertTo::Int { x.trunc() } else { x })
-                    })
-                }
+                (ConvertTo::Double | ConvertTo::Int, V::Str(s)) => s
+                    .trim()
+                    .parse::<f64>()
+                    .map_or(V::Null, |x| V::Num(if *to == ConvertTo::Int { x.trunc() } else { x })),
                 (ConvertTo::Double | ConvertTo::Int, V::Bool(b)) => V::Num(b as u8 as f64),
                 (ConvertTo::Bool, V::Bool(b)) => V::Bool(b),
                 (ConvertTo::Bool, V::Num(x)) => V::Bool(x != 0.0),
@@ -584,10 +589,7 @@ impl PriceBook {
             );
             row.insert("prompt_token_cost".into(), json!(r.prompt_token_cost));
             row.insert("completion_token_cost".into(), json!(r.completion_token_cost));
-            row.insert(
-                "cache_read_input_token_cost".into(),
-                json!(r.cache_read_input_token_cost),
-            );
+            row.insert("cache_read_input_token_cost".into(), json!(r.cache_read_input_token_cost));
             row.insert(
                 "cache_creation_input_token_cost".into(),
                 json!(r.cache_creation_input_token_cost),
@@ -692,9 +694,8 @@ mod tests {
         assert!((total - (10.0 + 10.0 + 5.0)).abs() < 1e-9, "{total}");
         let openai = json!({"m": {"prompt_tokens": 10, "completion_tokens": 1,
             "prompt_tokens_details": {"cached_tokens": 4}}});
-        let total = book.costs(&openai, at).unwrap()["m"]["prompt_tokens_total_cost"]
-            .as_f64()
-            .unwrap();
+        let total =
+            book.costs(&openai, at).unwrap()["m"]["prompt_tokens_total_cost"].as_f64().unwrap();
         assert!((total - (6.0 + 0.4)).abs() < 1e-9, "{total}");
     }
 

@@ -271,25 +271,33 @@ mod tests {
         assert_eq!(ids, ["c", "a", "b"], "last_updated desc");
         let a = &out[1];
         assert_eq!(a.turn_count, 2);
-        assert_eq!((a.first_turn_id.as_deref(), a.last_turn_id.as_deref()), (Some("a1"), Some("a2")));
+        assert_eq!(
+            (a.first_turn_id.as_deref(), a.last_turn_id.as_deref()),
+            (Some("a1"), Some("a2"))
+        );
         assert_eq!(a.p50_turn_duration_ms, Some(200.0));
         assert_eq!(out[0].p50_turn_duration_ms, None);
 
         let q = query(json!({"project_id": "e/p",
             "sort_by": [{"field": "p50_turn_duration_ms", "direction": "desc"}]}))
         .unwrap();
-        let ids: Vec<String> = q.aggregate(turns.clone()).into_iter().map(|t| t.thread_id).collect();
+        let ids: Vec<String> =
+            q.aggregate(turns.clone()).into_iter().map(|t| t.thread_id).collect();
         assert_eq!(ids, ["b", "a", "c"], "null last");
         let q = query(json!({"project_id": "e/p",
             "sort_by": [{"field": "p50_turn_duration_ms", "direction": "asc"}]}))
         .unwrap();
-        let ids: Vec<String> = q.aggregate(turns.clone()).into_iter().map(|t| t.thread_id).collect();
+        let ids: Vec<String> =
+            q.aggregate(turns.clone()).into_iter().map(|t| t.thread_id).collect();
         assert_eq!(ids, ["a", "b", "c"], "null last");
 
-        let q = query(json!({"project_id": "e/p", "filter": {"after_datetime": "1970-01-01T00:00:06Z"},
-            "sort_by": [{"field": "thread_id"}], "limit": 1, "offset": 1}))
+        let q = query(
+            json!({"project_id": "e/p", "filter": {"after_datetime": "1970-01-01T00:00:06Z"},
+            "sort_by": [{"field": "thread_id"}], "limit": 1, "offset": 1}),
+        )
         .unwrap();
-        let ids: Vec<String> = q.aggregate(turns.clone()).into_iter().map(|t| t.thread_id).collect();
+        let ids: Vec<String> =
+            q.aggregate(turns.clone()).into_iter().map(|t| t.thread_id).collect();
         assert_eq!(ids, ["c"]);
         let q = query(json!({"project_id": "e/p", "filter": {"thread_ids": []}})).unwrap();
         assert!(q.aggregate(turns).is_empty());

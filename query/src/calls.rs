@@ -66,26 +66,27 @@ async fn stream_query(
     let mut rows = state.store.query_calls(req.validate()?).await?;
     // Errors must become a status before the first byte (CONTRACT §3): look at the first row.
     let first = rows.next().await.transpose()?;
-    let lines = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256).map(move |batch| {
-        let mut buf = Vec::with_capacity(batch.len() * 512);
-        for row in batch {
-            match row {
-                Ok(mut call) => {
-                    if let Some(prices) = &prices {
-                        prices.add_costs(&mut call.summary, call.started_at);
+    let lines =
+        futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256).map(move |batch| {
+            let mut buf = Vec::with_capacity(batch.len() * 512);
+            for row in batch {
+                match row {
+                    Ok(mut call) => {
+                        if let Some(prices) = &prices {
+                            prices.add_costs(&mut call.summary, call.started_at);
+                        }
+                        serde_json::to_writer(&mut buf, &call).map_err(std::io::Error::other)?;
+                        buf.push(b'\n');
                     }
-                    serde_json::to_writer(&mut buf, &call).map_err(std::io::Error::other)?;
-                    buf.push(b'\n');
-                }
-                // Past the first byte the only way to signal an error is to cut the body.
-                Err(e) => {
-                    tracing::error!(error = %e, "calls stream failed mid-way");
-                    return Err(std::io::Error::other(e.to_string()));
+                    // Past the first byte the only way to signal an error is to cut the body.
+                    Err(e) => {
+                        tracing::error!(error = %e, "calls stream failed mid-way");
+                        return Err(std::io::Error::other(e.to_string()));
+                    }
                 }
             }
-        }
-        Ok::<_, std::io::Error>(Bytes::from(buf))
-    });
+            Ok::<_, std::io::Error>(Bytes::from(buf))
+        });
     let content_type = match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
         Some(a) if a.contains("ndjson") => "application/x-ndjson",
         _ => "application/jsonl",

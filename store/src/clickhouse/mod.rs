@@ -22,15 +22,15 @@ use futures::StreamExt;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{CallPart, CallsQuery};
 use heddle_proto::costs::CostRecord;
-use heddle_proto::threads::{Thread, ThreadsQuery};
 use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
+use heddle_proto::threads::{Thread, ThreadsQuery};
 use heddle_proto::time::Micros;
 use serde_json::value::RawValue;
 
 use self::rows::{
-    Blob, CallRow, ChunkDataRow, CostRow, ThreadRow, FileChunkRow, FileMetaRow, FileRow, KeyEntityRow, KeyRow,
+    Blob, CallRow, ChunkDataRow, CostRow, FileChunkRow, FileMetaRow, FileRow, KeyEntityRow, KeyRow,
     LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow, ObjectValRow, PartRow, StoredRowRow,
-    TableListRow, TableRowRow, TableSliceRow,
+    TableListRow, TableRowRow, TableSliceRow, ThreadRow,
 };
 use self::sql::{ObjectBy, Sql};
 use crate::objects::{self, LiveVersion};

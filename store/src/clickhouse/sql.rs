@@ -1112,9 +1112,7 @@ pub fn select_threads(q: &ThreadsQuery) -> Sql {
                FROM call_parts WHERE project_id = ",
     );
     sql.bind_str(project);
-    sql.push(
-        " AND id IN (SELECT id FROM call_parts WHERE project_id = ",
-    );
+    sql.push(" AND id IN (SELECT id FROM call_parts WHERE project_id = ");
     sql.bind_str(project);
     sql.push(" AND has_start = 1 AND turn_id = id AND ifNull(thread_id, '') != ''");
     if let Some(ids) = &q.thread_ids {
