@@ -58,35 +58,39 @@ async fn stream_query(
     Json(req): Json<CallsQueryReq>,
 ) -> Result<Response, ApiError> {
     who.check(&req.project_id)?;
-    // Costs are derived per row after the read, with the project's prices loaded once.
-    let prices = match req.include_costs {
-        Some(true) => Some(PriceBook::new(state.store.project_costs(&req.project_id).await?)),
-        _ => None,
-    };
+    let include_costs = req.include_costs == Some(true);
+    let project = req.project_id.clone();
     let mut rows = state.store.query_calls(req.validate()?).await?;
+    if include_costs {
+        // `summary.weave.costs` is derived per row after the read, with the project's prices
+        // loaded once per request (heddle_proto::costs).
+        let prices = PriceBook::new(state.store.project_costs(&project).await?);
+        rows = Box::pin(rows.map(move |row| {
+            row.map(|mut call| {
+                prices.add_costs(&mut call.summary, call.started_at);
+                call
+            })
+        }));
+    }
     // Errors must become a status before the first byte (CONTRACT §3): look at the first row.
     let first = rows.next().await.transpose()?;
-    let lines =
-        futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256).map(move |batch| {
-            let mut buf = Vec::with_capacity(batch.len() * 512);
-            for row in batch {
-                match row {
-                    Ok(mut call) => {
-                        if let Some(prices) = &prices {
-                            prices.add_costs(&mut call.summary, call.started_at);
-                        }
-                        serde_json::to_writer(&mut buf, &call).map_err(std::io::Error::other)?;
-                        buf.push(b'\n');
-                    }
-                    // Past the first byte the only way to signal an error is to cut the body.
-                    Err(e) => {
-                        tracing::error!(error = %e, "calls stream failed mid-way");
-                        return Err(std::io::Error::other(e.to_string()));
-                    }
+    let lines = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256).map(|batch| {
+        let mut buf = Vec::with_capacity(batch.len() * 512);
+        for row in batch {
+            match row {
+                Ok(call) => {
+                    serde_json::to_writer(&mut buf, &call).map_err(std::io::Error::other)?;
+                    buf.push(b'\n');
+                }
+                // Past the first byte the only way to signal an error is to cut the body.
+                Err(e) => {
+                    tracing::error!(error = %e, "calls stream failed mid-way");
+                    return Err(std::io::Error::other(e.to_string()));
                 }
             }
-            Ok::<_, std::io::Error>(Bytes::from(buf))
-        });
+        }
+        Ok::<_, std::io::Error>(Bytes::from(buf))
+    });
     let content_type = match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
         Some(a) if a.contains("ndjson") => "application/x-ndjson",
         _ => "application/jsonl",
