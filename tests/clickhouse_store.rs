@@ -40,6 +40,7 @@ async fn migrations_apply_once_and_are_idempotent() {
             "file_chunks",
             "files",
             "heddle_schema_migrations",
+            "llm_token_prices",
             "objects",
             "table_rows",
             "tables"

@@ -148,6 +148,8 @@ pub struct CallsQueryReq {
     pub return_expanded_column_values: Option<bool>,
     /// Add `summary.weave.feedback` to each row (handled by the query layer, not the store).
     pub include_feedback: Option<bool>,
+    /// Adds `summary.weave.costs` (computed after the rows are read: `crate::costs`).
+    pub include_costs: Option<bool>,
 }
 
 // ---------------------------------------------------------------------------------------------

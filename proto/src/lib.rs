@@ -3,6 +3,7 @@
 
 pub mod calls;
 pub mod canonical;
+pub mod costs;
 pub mod digest;
 pub mod error;
 pub mod expand;
@@ -14,6 +15,7 @@ pub mod query;
 pub mod record;
 pub mod refs;
 pub mod tables;
+pub mod threads;
 pub mod time;
 
 pub use error::ProtoError;

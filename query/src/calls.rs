@@ -13,6 +13,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::calls::{CallReadReq, CallUpdateReq, CallsDeleteReq, CallsFilter, CallsQueryReq};
+use heddle_proto::costs::PriceBook;
 use heddle_proto::expand::{Planned, for_count};
 use serde_json::{Value, json};
 
@@ -47,6 +48,7 @@ async fn read(
         expand_columns: None,
         return_expanded_column_values: None,
         include_feedback: None,
+        include_costs: None,
     };
     let mut rows = state.store.query_calls(q.validate()?).await?;
     let call = rows.next().await.transpose()?;
@@ -67,11 +69,14 @@ async fn stream_query(
         _ => "application/jsonl",
     };
     let include_feedback = req.include_feedback == Some(true);
+    let include_costs = req.include_costs == Some(true);
+    let project = req.project_id.clone();
     let q = match req.plan()? {
         Planned::Sql(q) => q,
-        Planned::Expand { .. } if include_feedback => {
+        Planned::Expand { .. } if include_feedback || include_costs => {
             return Err(ApiError::bad_request(
-                "include_feedback together with expand_columns is not supported yet",
+                "include_feedback or include_costs together with expand_columns is not supported \
+                 yet",
             ));
         }
         Planned::Expand { candidates, plan } => {
@@ -94,6 +99,17 @@ async fn stream_query(
         }
     };
     let mut rows = state.store.query_calls(q).await?;
+    if include_costs {
+        // `summary.weave.costs` is derived per row after the read, with the project's prices
+        // loaded once per request (heddle_proto::costs).
+        let prices = PriceBook::new(state.store.project_costs(&project).await?);
+        rows = Box::pin(rows.map(move |row| {
+            row.map(|mut call| {
+                prices.add_costs(&mut call.summary, call.started_at);
+                call
+            })
+        }));
+    }
     // Errors must become a status before the first byte (CONTRACT §3): look at the first row.
     let first = rows.next().await.transpose()?;
     let store = state.store.clone();

@@ -359,7 +359,9 @@ mod tests {
         }
     }
 
+    use heddle_proto::costs::CostRecord;
     use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
+    use heddle_proto::threads::{Thread, ThreadsQuery};
 
     #[async_trait]
     impl Store for Counting {
@@ -444,6 +446,18 @@ mod tests {
             refs: &[String],
         ) -> Result<Vec<StoredFeedback>> {
             self.inner.feedback_for_refs(p, refs).await
+        }
+        async fn create_costs(&self, c: Vec<CostRecord>) -> Result<()> {
+            self.inner.create_costs(c).await
+        }
+        async fn project_costs(&self, p: &ProjectId) -> Result<Vec<CostRecord>> {
+            self.inner.project_costs(p).await
+        }
+        async fn purge_costs(&self, p: &ProjectId, ids: &[String]) -> Result<()> {
+            self.inner.purge_costs(p, ids).await
+        }
+        async fn query_threads(&self, q: ThreadsQuery) -> Result<Vec<Thread>> {
+            self.inner.query_threads(q).await
         }
         async fn create_key(&self, h: &str, e: Option<&str>) -> Result<()> {
             self.inner.create_key(h, e).await

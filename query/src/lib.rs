@@ -7,6 +7,7 @@ use axum::Router;
 use heddle_api::AppState;
 
 mod calls;
+mod costs;
 mod expand;
 mod feedback;
 mod files;
@@ -15,6 +16,7 @@ mod objects;
 mod refs;
 mod service;
 mod tables;
+mod threads;
 
 pub use service::GeoIp;
 
@@ -28,6 +30,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(files::routes())
         .merge(tables::routes())
         .merge(refs::routes())
+        .merge(costs::routes())
+        .merge(threads::routes())
 }
 
 /// Routes that need no API key.

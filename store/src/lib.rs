@@ -11,9 +11,11 @@ use bytes::Bytes;
 use futures::Stream;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery};
+use heddle_proto::costs::CostRecord;
 use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
 use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
 use heddle_proto::tables::Row;
+use heddle_proto::threads::{Thread, ThreadsQuery};
 use heddle_proto::time::Micros;
 use serde_json::value::RawValue;
 
@@ -186,6 +188,23 @@ pub trait Store: Send + Sync + 'static {
         project: &ProjectId,
         refs: &[String],
     ) -> Result<Vec<StoredFeedback>>;
+
+    // --- costs and threads (CONTRACT §6, §13) -------------------------------------------------
+
+    /// Stores new prices (fresh ids).
+    async fn create_costs(&self, costs: Vec<CostRecord>) -> Result<()>;
+
+    /// Every live price of the project. Prices are few per project, so filtering, sorting and
+    /// paging happen in [`heddle_proto::costs`], the same for every backend.
+    async fn project_costs(&self, project: &ProjectId) -> Result<Vec<CostRecord>>;
+
+    /// Deletes the project's prices with these ids (ids of other projects are untouched).
+    async fn purge_costs(&self, project: &ProjectId, ids: &[String]) -> Result<()>;
+
+    /// The threads of the project's turn calls (semantics: [`heddle_proto::threads`]).
+    async fn query_threads(&self, q: ThreadsQuery) -> Result<Vec<Thread>>;
+
+    // --- keys -------------------------------------------------------------------------------
 
     async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()>;
 

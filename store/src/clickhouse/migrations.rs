@@ -14,6 +14,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (2, include_str!("migrations/0002_objects_files.sql")),
     (3, include_str!("migrations/0003_tables.sql")),
     (5, include_str!("migrations/0005_feedback.sql")),
+    (6, include_str!("migrations/0006_costs.sql")),
 ];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -21,15 +21,17 @@ use clickhouse::Client;
 use futures::StreamExt;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{CallPart, CallsQuery};
+use heddle_proto::costs::CostRecord;
 use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
 use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
+use heddle_proto::threads::{Thread, ThreadsQuery};
 use heddle_proto::time::Micros;
 use serde_json::value::RawValue;
 
 use self::rows::{
-    Blob, CallRow, ChunkDataRow, FeedbackReadRow, FeedbackRow, FileChunkRow, FileMetaRow, FileRow,
-    KeyEntityRow, KeyRow, LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow, ObjectValRow,
-    PartRow, StoredRowRow, TableListRow, TableRowRow, TableSliceRow,
+    Blob, CallRow, ChunkDataRow, CostRow, FeedbackReadRow, FeedbackRow, FileChunkRow, FileMetaRow,
+    FileRow, KeyEntityRow, KeyRow, LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow,
+    ObjectValRow, PartRow, StoredRowRow, TableListRow, TableRowRow, TableSliceRow, ThreadRow,
 };
 use self::sql::{ObjectBy, Sql};
 use crate::objects::{self, LiveVersion};
@@ -638,6 +640,53 @@ impl Store for ClickHouseStore {
             }
         }
         Ok(out)
+    }
+
+    async fn create_costs(&self, costs: Vec<CostRecord>) -> Result<()> {
+        let rows: Vec<CostRow> =
+            costs.into_iter().map(|c| CostRow::from_record(c, next_version())).collect();
+        self.insert::<CostRow>(sql::COSTS, &rows).await
+    }
+
+    async fn project_costs(&self, project: &ProjectId) -> Result<Vec<CostRecord>> {
+        let rows: Vec<CostRow> = sql::select_costs(project.as_str())
+            .query(&self.client)
+            .fetch_all()
+            .await
+            .map_err(backend)?;
+        Ok(rows.into_iter().filter(|r| r.deleted == 0).map(|r| r.into_record(project)).collect())
+    }
+
+    /// Writes a tombstone for each of the project's live prices among `ids`.
+    async fn purge_costs(&self, project: &ProjectId, ids: &[String]) -> Result<()> {
+        let live = self.project_costs(project).await?;
+        let rows: Vec<CostRow> = live
+            .into_iter()
+            .filter(|c| ids.contains(&c.id))
+            .map(|c| CostRow { deleted: 1, ..CostRow::from_record(c, next_version()) })
+            .collect();
+        self.insert::<CostRow>(sql::COSTS, &rows).await
+    }
+
+    async fn query_threads(&self, q: ThreadsQuery) -> Result<Vec<Thread>> {
+        if q.thread_ids.as_ref().is_some_and(|l| l.is_empty()) {
+            return Ok(Vec::new());
+        }
+        let rows: Vec<ThreadRow> =
+            sql::select_threads(&q).query(&self.client).fetch_all().await.map_err(backend)?;
+        Ok(rows
+            .into_iter()
+            .map(|r| Thread {
+                thread_id: r.thread_id,
+                turn_count: r.turn_count,
+                start_time: Micros(r.start_time_us),
+                last_updated: Micros(r.last_updated_us),
+                first_turn_id: Some(r.first_turn_id),
+                last_turn_id: Some(r.last_turn_id),
+                p50_turn_duration_ms: r.p50_turn_duration_ms,
+                p99_turn_duration_ms: r.p99_turn_duration_ms,
+            })
+            .collect())
     }
 
     async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()> {

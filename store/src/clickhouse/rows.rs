@@ -543,3 +543,77 @@ impl FeedbackReadRow {
         })
     }
 }
+
+/// A row of `llm_token_prices` (see migrations/0006_costs.sql), written and read alike
+/// (timestamps as microseconds: `sql::select_costs` converts them).
+#[derive(Debug, Default, Row, Serialize, Deserialize)]
+pub struct CostRow {
+    pub project_id: String,
+    pub id: String,
+    pub row_version: u64,
+    pub deleted: u8,
+    pub llm_id: String,
+    pub provider_id: String,
+    pub prompt_token_cost: f64,
+    pub completion_token_cost: f64,
+    pub prompt_token_cost_unit: String,
+    pub completion_token_cost_unit: String,
+    pub cache_read_input_token_cost: f64,
+    pub cache_creation_input_token_cost: f64,
+    pub effective_date: i64,
+    pub created_at: i64,
+    pub created_by: Option<String>,
+}
+
+impl CostRow {
+    pub fn from_record(c: heddle_proto::costs::CostRecord, row_version: u64) -> CostRow {
+        CostRow {
+            project_id: c.project.as_str().to_owned(),
+            id: c.id,
+            row_version,
+            deleted: 0,
+            llm_id: c.llm_id,
+            provider_id: c.provider_id,
+            prompt_token_cost: c.prompt_token_cost,
+            completion_token_cost: c.completion_token_cost,
+            prompt_token_cost_unit: c.prompt_token_cost_unit,
+            completion_token_cost_unit: c.completion_token_cost_unit,
+            cache_read_input_token_cost: c.cache_read_input_token_cost,
+            cache_creation_input_token_cost: c.cache_creation_input_token_cost,
+            effective_date: c.effective_date.0,
+            created_at: c.created_at.0,
+            created_by: c.created_by,
+        }
+    }
+
+    pub fn into_record(self, project: &ProjectId) -> heddle_proto::costs::CostRecord {
+        heddle_proto::costs::CostRecord {
+            id: self.id,
+            project: project.clone(),
+            llm_id: self.llm_id,
+            provider_id: self.provider_id,
+            prompt_token_cost: self.prompt_token_cost,
+            completion_token_cost: self.completion_token_cost,
+            prompt_token_cost_unit: self.prompt_token_cost_unit,
+            completion_token_cost_unit: self.completion_token_cost_unit,
+            cache_read_input_token_cost: self.cache_read_input_token_cost,
+            cache_creation_input_token_cost: self.cache_creation_input_token_cost,
+            effective_date: Micros(self.effective_date),
+            created_at: Micros(self.created_at),
+            created_by: self.created_by,
+        }
+    }
+}
+
+/// What `sql::select_threads` selects.
+#[derive(Debug, Row, Deserialize)]
+pub struct ThreadRow {
+    pub thread_id: String,
+    pub turn_count: u64,
+    pub start_time_us: i64,
+    pub last_updated_us: i64,
+    pub first_turn_id: String,
+    pub last_turn_id: String,
+    pub p50_turn_duration_ms: Option<f64>,
+    pub p99_turn_duration_ms: Option<f64>,
+}

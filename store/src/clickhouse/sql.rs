@@ -15,6 +15,7 @@ use heddle_proto::calls::{
 use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
 use heddle_proto::objects::{ObjSortField, ObjectsQuery};
 use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
+use heddle_proto::threads::{ThreadSortField, ThreadsQuery};
 
 /// A server-side query parameter.
 #[derive(Debug, Clone, PartialEq)]
@@ -1128,6 +1129,93 @@ pub fn select_table_rows(project: &str, digests: &[String], with_val: bool) -> S
     sql
 }
 
+// ---------------------------------------------------------------------------------------------
+// Costs and threads
+
+pub const COSTS: &str = "llm_token_prices";
+
+/// The newest row of each of the project's prices, tombstones included (the caller drops them).
+pub fn select_costs(project: &str) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT project_id, id, row_version, deleted, llm_id, provider_id, prompt_token_cost, \
+         completion_token_cost, prompt_token_cost_unit, completion_token_cost_unit, \
+         cache_read_input_token_cost, cache_creation_input_token_cost, \
+         toUnixTimestamp64Micro(effective_date) AS effective_date, \
+         toUnixTimestamp64Micro(created_at) AS created_at, created_by \
+         FROM llm_token_prices WHERE project_id = ",
+    );
+    sql.bind_str(project).push(" ORDER BY id, row_version DESC LIMIT 1 BY id");
+    sql
+}
+
+/// `/threads/stream_query` (semantics: `heddle_proto::threads`). Three levels, all within the
+/// project's range of the primary key: the turn calls' rows are found first (a start row with
+/// `turn_id = id` and a thread), then aggregated per call like `CALLS_AGG` but for the few
+/// columns threads need, then per thread.
+pub fn select_threads(q: &ThreadsQuery) -> Sql {
+    let project = q.project.as_str();
+    let mut sql = Sql::new(
+        "SELECT thread_key AS thread_id, count() AS turn_count, \
+         min(start_us) AS start_time_us, max(end_us) AS last_updated_us, \
+         argMin(id, (start_us, id)) AS first_turn_id, argMax(id, (end_us, id)) AS last_turn_id, \
+         if(countIf(ended) > 0, quantileExactInclusiveIf(0.5)(dur_ms, ended), NULL) \
+           AS p50_turn_duration_ms, \
+         if(countIf(ended) > 0, quantileExactInclusiveIf(0.99)(dur_ms, ended), NULL) \
+           AS p99_turn_duration_ms \
+         FROM (SELECT id, assumeNotNull(t_thread) AS thread_key, t_start AS start_us, \
+               if(t_ended, t_end, t_start) AS end_us, t_ended AS ended, \
+               if(t_ended, (t_end - t_start) / 1000.0, 0.0) AS dur_ms \
+           FROM (SELECT id, \
+                 argMaxIf(tuple(thread_id), version, has_start = 1).1 AS t_thread, \
+                 argMaxIf(tuple(turn_id), version, has_start = 1).1 AS t_turn, \
+                 countIf(has_start = 1) > 0 AS t_started, \
+                 countIf(has_end = 1) > 0 AS t_ended, \
+                 toUnixTimestamp64Micro(argMaxIf(started_at, version, has_start = 1)) AS t_start, \
+                 toUnixTimestamp64Micro(argMaxIf(ended_at, version, has_end = 1)) AS t_end, \
+                 countIf(kind = 'delete') > 0 AS t_deleted \
+               FROM call_parts WHERE project_id = ",
+    );
+    sql.bind_str(project);
+    sql.push(" AND id IN (SELECT id FROM call_parts WHERE project_id = ");
+    sql.bind_str(project);
+    sql.push(" AND has_start = 1 AND turn_id = id AND ifNull(thread_id, '') != ''");
+    if let Some(ids) = &q.thread_ids {
+        sql.push(" AND thread_id IN ").bind(Param::StrList(ids.clone()));
+    }
+    sql.push(
+        ") GROUP BY id) \
+         WHERE t_started AND NOT t_deleted AND ifNull(t_turn, '') = id \
+           AND ifNull(t_thread, '') != ''",
+    );
+    if let Some(ids) = &q.thread_ids {
+        sql.push(" AND t_thread IN ").bind(Param::StrList(ids.clone()));
+    }
+    sql.push(") GROUP BY thread_key HAVING 1");
+    if let Some(after) = q.after {
+        sql.push(" AND start_time_us > ").bind(Param::Int(after.0));
+    }
+    if let Some(before) = q.before {
+        sql.push(" AND last_updated_us < ").bind(Param::Int(before.0));
+    }
+    sql.push(" ORDER BY ");
+    for (i, (field, dir)) in q.sort.iter().enumerate() {
+        sql.push(if i > 0 { ", " } else { "" }).push(match field {
+            ThreadSortField::ThreadId => "thread_id",
+            ThreadSortField::TurnCount => "turn_count",
+            ThreadSortField::StartTime => "start_time_us",
+            ThreadSortField::LastUpdated => "last_updated_us",
+            ThreadSortField::P50TurnDurationMs => "p50_turn_duration_ms",
+            ThreadSortField::P99TurnDurationMs => "p99_turn_duration_ms",
+        });
+        sql.push(match dir {
+            Direction::Asc => " ASC NULLS LAST",
+            Direction::Desc => " DESC NULLS LAST",
+        });
+    }
+    paging(&mut sql, q.limit, q.offset);
+    sql
+}
+
 #[cfg(test)]
 mod tests {
     use heddle_proto::calls::CallsQueryReq;
@@ -1352,5 +1440,23 @@ mod tests {
         assert!(sql.text.starts_with("SELECT count() FROM (SELECT 1 FROM ("), "{}", sql.text);
         assert!(sql.text.ends_with("LIMIT {p1:UInt64})"), "{}", sql.text);
         assert!(!sql.text.contains("ORDER BY"), "{}", sql.text);
+    }
+
+    #[test]
+    fn threads_query_binds_user_values_and_stays_in_the_project() {
+        let evil = "x'); DROP TABLE call_parts; --";
+        let req: heddle_proto::threads::ThreadsQueryReq = serde_json::from_value(
+            serde_json::json!({"project_id": format!("e/{}", "p"), "filter": {"thread_ids": [evil],
+                "after_datetime": "2026-01-01T00:00:00Z", "before_datetime": "2026-02-01T00:00:00Z"},
+                "sort_by": [{"field": "p99_turn_duration_ms", "direction": "desc"}],
+                "limit": 5, "offset": 2}),
+        )
+        .unwrap();
+        let sql = select_threads(&req.validate().unwrap());
+        assert!(!sql.text.contains("DROP"), "{}", sql.text);
+        assert_eq!(sql.text.matches("{p").count(), sql.params.len());
+        // Every read of call_parts is narrowed to the project (the primary key's prefix).
+        assert_eq!(sql.text.matches("FROM call_parts WHERE project_id = {p").count(), 2);
+        assert!(sql.text.contains("p99_turn_duration_ms DESC NULLS LAST, thread_id ASC"));
     }
 }

@@ -11,6 +11,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0003_objects_files.sql"),
     include_str!("migrations/0004_tables.sql"),
     include_str!("migrations/0005_feedback.sql"),
+    include_str!("migrations/0006_costs.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -59,6 +60,7 @@ mod tests {
                 "feedback",
                 "file_chunks",
                 "files",
+                "llm_token_prices",
                 "objects",
                 "table_rows",
                 "tables"

@@ -15,8 +15,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery, derive_summary};
+use heddle_proto::costs::CostRecord;
 use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
 use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
+use heddle_proto::threads::{Thread, ThreadsQuery, Turn};
 use heddle_proto::time::Micros;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::{Connection, OptionalExtension, Row, params};
@@ -673,6 +675,93 @@ impl Store for SqliteStore {
             st.query_map(params![project.as_str(), refs], row_to_feedback)
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
                 .map_err(backend)
+        })
+        .await
+    }
+
+    async fn create_costs(&self, costs: Vec<CostRecord>) -> Result<()> {
+        self.writer
+            .exec(move |conn| {
+                let mut st = conn.prepare_cached(sql::INSERT_COST).map_err(backend)?;
+                for c in &costs {
+                    st.execute(params![
+                        c.project.as_str(),
+                        c.id,
+                        c.llm_id,
+                        c.provider_id,
+                        c.prompt_token_cost,
+                        c.completion_token_cost,
+                        c.prompt_token_cost_unit,
+                        c.completion_token_cost_unit,
+                        c.cache_read_input_token_cost,
+                        c.cache_creation_input_token_cost,
+                        c.effective_date.0,
+                        c.created_at.0,
+                        c.created_by,
+                    ])
+                    .map_err(backend)?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn project_costs(&self, project: &ProjectId) -> Result<Vec<CostRecord>> {
+        let project = project.clone();
+        self.read(move |conn| {
+            let mut st = conn.prepare_cached(sql::SELECT_COSTS).map_err(backend)?;
+            st.query_map(params![project.as_str()], |r| {
+                Ok(CostRecord {
+                    id: r.get(0)?,
+                    project: project.clone(),
+                    llm_id: r.get(1)?,
+                    provider_id: r.get(2)?,
+                    prompt_token_cost: r.get(3)?,
+                    completion_token_cost: r.get(4)?,
+                    prompt_token_cost_unit: r.get(5)?,
+                    completion_token_cost_unit: r.get(6)?,
+                    cache_read_input_token_cost: r.get(7)?,
+                    cache_creation_input_token_cost: r.get(8)?,
+                    effective_date: Micros(r.get(9)?),
+                    created_at: Micros(r.get(10)?),
+                    created_by: r.get(11)?,
+                })
+            })
+            .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+            .map_err(backend)
+        })
+        .await
+    }
+
+    async fn purge_costs(&self, project: &ProjectId, ids: &[String]) -> Result<()> {
+        let project = project.clone();
+        let ids = serde_json::to_string(ids).map_err(backend)?;
+        self.writer
+            .exec(move |conn| {
+                conn.execute(sql::DELETE_COSTS, params![project.as_str(), ids]).map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
+
+    /// Reads the project's turn calls through the partial index and aggregates them in Rust
+    /// (SQLite has no percentile aggregate); memory grows with the project's threads.
+    async fn query_threads(&self, q: ThreadsQuery) -> Result<Vec<Thread>> {
+        let ids = q.thread_ids.as_ref().map(serde_json::to_string).transpose().map_err(backend)?;
+        self.read(move |conn| {
+            let mut st = conn.prepare_cached(sql::SELECT_TURNS).map_err(backend)?;
+            let turns = st
+                .query_map(params![q.project.as_str(), ids], |r| {
+                    Ok(Turn {
+                        thread_id: r.get(0)?,
+                        id: r.get(1)?,
+                        started_at: Micros(r.get(2)?),
+                        ended_at: r.get::<_, Option<i64>>(3)?.map(Micros),
+                    })
+                })
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                .map_err(backend)?;
+            Ok(q.aggregate(turns))
         })
         .await
     }

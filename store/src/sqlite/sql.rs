@@ -216,6 +216,39 @@ SELECT digest, size_bytes, CASE WHEN ?3 THEN val END FROM table_rows
 WHERE project_id = ?1 AND digest IN (SELECT value FROM json_each(?2))
 ";
 
+// --- costs and threads ------------------------------------------------------------------------
+
+pub const INSERT_COST: &str = "
+INSERT INTO llm_token_prices (project_id, id, llm_id, provider_id, prompt_token_cost,
+    completion_token_cost, prompt_token_cost_unit, completion_token_cost_unit,
+    cache_read_input_token_cost, cache_creation_input_token_cost, effective_date, created_at,
+    created_by)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+ON CONFLICT (project_id, id) DO NOTHING
+";
+
+/// Columns in the order `row_to_cost` reads them.
+pub const SELECT_COSTS: &str = "
+SELECT id, llm_id, provider_id, prompt_token_cost, completion_token_cost, prompt_token_cost_unit,
+       completion_token_cost_unit, cache_read_input_token_cost, cache_creation_input_token_cost,
+       effective_date, created_at, created_by
+FROM llm_token_prices WHERE project_id = ?1
+";
+
+/// ?2: the ids as a JSON array.
+pub const DELETE_COSTS: &str = "
+DELETE FROM llm_token_prices WHERE project_id = ?1 AND id IN (SELECT value FROM json_each(?2))
+";
+
+/// The live turn calls of a project (served by the partial index `calls_turns`); ?2 is NULL or
+/// a JSON array of the thread ids wanted.
+pub const SELECT_TURNS: &str = "
+SELECT thread_id, id, started_at, ended_at FROM calls
+WHERE project_id = ?1 AND turn_id = id AND thread_id != ''
+  AND deleted_at IS NULL AND started_at IS NOT NULL
+  AND (?2 IS NULL OR thread_id IN (SELECT value FROM json_each(?2)))
+";
+
 pub const INSERT_KEY: &str =
     "INSERT INTO api_keys (key_hash, entity, created_at) VALUES (?1, ?2, ?3)";
 pub const SELECT_KEY: &str = "SELECT entity FROM api_keys WHERE key_hash = ?1";

@@ -1,0 +1,758 @@
+//! Costs (CONTRACT §6, §5.9): the `/cost/*` request bodies, the stored price row, the query
+//! language over prices, and the derived `summary.weave.costs` of a call.
+//!
+//! Prices are few per project (one row per model and effective date), so `/cost/query` and
+//! `/cost/purge` load a project's prices and evaluate the query here, in Rust, identically for
+//! every backend; storage only stores, lists and deletes rows by id. Call costs are likewise
+//! computed after a page of calls is fetched, with the prices loaded once per request
+//! ([`PriceBook`]): project prices override the built-in table `data/prices.json`.
+
+use std::collections::HashMap;
+use std::sync::LazyLock;
+
+use serde::Deserialize;
+use serde_json::{Map, Value, json};
+
+use crate::ProtoError;
+use crate::ids::ProjectId;
+use crate::query::{
+    Catalog, CmpOp, ConvertTo, Direction, Lit, Query, SortBy, TExpr, TOperand, ValueType,
+};
+use crate::time::Micros;
+
+// ---------------------------------------------------------------------------------------------
+// Requests
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CostInput {
+    pub prompt_token_cost: f64,
+    pub completion_token_cost: f64,
+    pub prompt_token_cost_unit: Option<String>,
+    pub completion_token_cost_unit: Option<String>,
+    pub effective_date: Option<Micros>,
+    pub provider_id: Option<String>,
+    pub cache_read_input_token_cost: Option<f64>,
+    pub cache_creation_input_token_cost: Option<f64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CostCreateReq {
+    pub project_id: ProjectId,
+    pub costs: serde_json::Map<String, Value>,
+    pub wb_user_id: Option<String>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CostQueryReq {
+    pub project_id: ProjectId,
+    pub fields: Option<Vec<String>>,
+    pub query: Option<Query>,
+    pub sort_by: Option<Vec<SortBy>>,
+    pub limit: Option<i64>,
+    pub offset: Option<i64>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+pub struct CostPurgeReq {
+    pub project_id: ProjectId,
+    pub query: Query,
+}
+
+// ---------------------------------------------------------------------------------------------
+// The stored price
+
+/// One price of a model: per-token costs effective from `effective_date`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CostRecord {
+    pub id: String,
+    pub project: ProjectId,
+    pub llm_id: String,
+    pub provider_id: String,
+    pub prompt_token_cost: f64,
+    pub completion_token_cost: f64,
+    pub prompt_token_cost_unit: String,
+    pub completion_token_cost_unit: String,
+    pub cache_read_input_token_cost: f64,
+    pub cache_creation_input_token_cost: f64,
+    pub effective_date: Micros,
+    pub created_at: Micros,
+    pub created_by: Option<String>,
+}
+
+const MAX_LLM_ID: usize = 512;
+
+impl CostCreateReq {
+    /// The rows to store, one per model, with fresh ids; `created_by` is the caller.
+    pub fn into_records(self, created_by: &str) -> Result<Vec<CostRecord>, ProtoError> {
+        let now = Micros::now();
+        let mut out = Vec::with_capacity(self.costs.len());
+        for (llm_id, v) in self.costs {
+            if llm_id.is_empty()
+                || llm_id.len() > MAX_LLM_ID
+                || llm_id.chars().any(char::is_control)
+            {
+                return Err(ProtoError::invalid(format!("invalid llm_id {llm_id:?}")));
+            }
+            let c: CostInput = serde_json::from_value(v)
+                .map_err(|e| ProtoError::invalid(format!("costs[{llm_id:?}]: {e}")))?;
+            let costs = [
+                ("prompt_token_cost", Some(c.prompt_token_cost)),
+                ("completion_token_cost", Some(c.completion_token_cost)),
+                ("cache_read_input_token_cost", c.cache_read_input_token_cost),
+                ("cache_creation_input_token_cost", c.cache_creation_input_token_cost),
+            ];
+            for (name, value) in costs {
+                if let Some(x) = value
+                    && !(x.is_finite() && x >= 0.0)
+                {
+                    return Err(ProtoError::invalid(format!(
+                        "costs[{llm_id:?}].{name} must be a finite number >= 0, got {x}"
+                    )));
+                }
+            }
+            let unit =
+                |u: Option<String>| u.filter(|u| !u.is_empty()).unwrap_or_else(|| "USD".into());
+            out.push(CostRecord {
+                id: uuid::Uuid::new_v4().to_string(),
+                project: self.project_id.clone(),
+                llm_id,
+                provider_id: c
+                    .provider_id
+                    .filter(|p| !p.is_empty())
+                    .unwrap_or_else(|| "default".into()),
+                prompt_token_cost: c.prompt_token_cost,
+                completion_token_cost: c.completion_token_cost,
+                prompt_token_cost_unit: unit(c.prompt_token_cost_unit),
+                completion_token_cost_unit: unit(c.completion_token_cost_unit),
+                cache_read_input_token_cost: c.cache_read_input_token_cost.unwrap_or(0.0),
+                cache_creation_input_token_cost: c.cache_creation_input_token_cost.unwrap_or(0.0),
+                effective_date: c.effective_date.unwrap_or(now),
+                created_at: now,
+                created_by: Some(created_by.to_owned()),
+            });
+        }
+        Ok(out)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Query language over prices
+
+/// The fields of a price (`$getField`, `sort_by`, `fields`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CostField {
+    Id,
+    LlmId,
+    ProviderId,
+    PromptTokenCost,
+    CompletionTokenCost,
+    PromptTokenCostUnit,
+    CompletionTokenCostUnit,
+    CacheReadInputTokenCost,
+    CacheCreationInputTokenCost,
+    EffectiveDate,
+    CreatedAt,
+    CreatedBy,
+    PricingLevel,
+    PricingLevelId,
+}
+
+const COST_FIELDS: &[(&str, CostField, ValueType)] = &[
+    ("id", CostField::Id, ValueType::String),
+    ("llm_id", CostField::LlmId, ValueType::String),
+    ("provider_id", CostField::ProviderId, ValueType::String),
+    ("prompt_token_cost", CostField::PromptTokenCost, ValueType::Float),
+    ("completion_token_cost", CostField::CompletionTokenCost, ValueType::Float),
+    ("prompt_token_cost_unit", CostField::PromptTokenCostUnit, ValueType::String),
+    ("completion_token_cost_unit", CostField::CompletionTokenCostUnit, ValueType::String),
+    ("cache_read_input_token_cost", CostField::CacheReadInputTokenCost, ValueType::Float),
+    ("cache_creation_input_token_cost", CostField::CacheCreationInputTokenCost, ValueType::Float),
+    ("effective_date", CostField::EffectiveDate, ValueType::Timestamp),
+    ("created_at", CostField::CreatedAt, ValueType::Timestamp),
+    ("created_by", CostField::CreatedBy, ValueType::String),
+    ("pricing_level", CostField::PricingLevel, ValueType::String),
+    ("pricing_level_id", CostField::PricingLevelId, ValueType::String),
+];
+
+pub struct CostCatalog;
+
+impl Catalog for CostCatalog {
+    type Field = CostField;
+    fn resolve(&self, name: &str) -> Result<(CostField, ValueType), ProtoError> {
+        COST_FIELDS
+            .iter()
+            .find(|(n, _, _)| *n == name)
+            .map(|(_, f, t)| (*f, *t))
+            .ok_or_else(|| ProtoError::invalid(format!("unknown cost field {name:?}")))
+    }
+}
+
+/// A value during evaluation. Comparisons involving `Null` are false (SQL semantics).
+#[derive(Debug, Clone, PartialEq)]
+enum V {
+    Null,
+    Str(String),
+    Num(f64),
+    Bool(bool),
+}
+
+impl CostRecord {
+    fn get(&self, f: CostField) -> V {
+        use CostField::*;
+        match f {
+            Id => V::Str(self.id.clone()),
+            LlmId => V::Str(self.llm_id.clone()),
+            ProviderId => V::Str(self.provider_id.clone()),
+            PromptTokenCost => V::Num(self.prompt_token_cost),
+            CompletionTokenCost => V::Num(self.completion_token_cost),
+            PromptTokenCostUnit => V::Str(self.prompt_token_cost_unit.clone()),
+            CompletionTokenCostUnit => V::Str(self.completion_token_cost_unit.clone()),
+            CacheReadInputTokenCost => V::Num(self.cache_read_input_token_cost),
+            CacheCreationInputTokenCost => V::Num(self.cache_creation_input_token_cost),
+            EffectiveDate => V::Num(self.effective_date.0 as f64),
+            CreatedAt => V::Num(self.created_at.0 as f64),
+            CreatedBy => self.created_by.clone().map_or(V::Null, V::Str),
+            PricingLevel => V::Str("project".into()),
+            PricingLevelId => V::Str(self.project.as_str().to_owned()),
+        }
+    }
+
+    /// The row as `/cost/query` returns it (all fields, or those named in `fields`).
+    pub fn to_json(&self, fields: Option<&[CostField]>) -> Value {
+        let mut m = Map::new();
+        for (name, f, _) in COST_FIELDS {
+            if fields.is_some_and(|fs| !fs.contains(f)) {
+                continue;
+            }
+            let v = match f {
+                CostField::EffectiveDate => json!(self.effective_date),
+                CostField::CreatedAt => json!(self.created_at),
+                other => match self.get(*other) {
+                    V::Null => Value::Null,
+                    V::Str(s) => Value::String(s),
+                    V::Num(x) => json!(x),
+                    V::Bool(b) => Value::Bool(b),
+                },
+            };
+            m.insert((*name).to_owned(), v);
+        }
+        Value::Object(m)
+    }
+}
+
+fn eval(e: &TExpr<CostField>, r: &CostRecord) -> bool {
+    match e {
+        TExpr::And(xs) => xs.iter().all(|x| eval(x, r)),
+        TExpr::Or(xs) => xs.iter().any(|x| eval(x, r)),
+        TExpr::Not(x) => !eval(x, r),
+        TExpr::Cmp(op, a, b) => compare(*op, &operand(a, r), &operand(b, r)),
+        TExpr::IsNull(a) => operand(a, r) == V::Null,
+        TExpr::In(a, bs) => {
+            let a = operand(a, r);
+            bs.iter().any(|b| compare(CmpOp::Eq, &a, &operand(b, r)))
+        }
+        TExpr::Contains { input, substr, case_insensitive } => {
+            match (operand(input, r), operand(substr, r)) {
+                (V::Str(i), V::Str(s)) if *case_insensitive => {
+                    i.to_lowercase().contains(&s.to_lowercase())
+                }
+                (V::Str(i), V::Str(s)) => i.contains(&s),
+                _ => false,
+            }
+        }
+    }
+}
+
+fn compare(op: CmpOp, a: &V, b: &V) -> bool {
+    use std::cmp::Ordering;
+    let ord = match (a, b) {
+        (V::Str(x), V::Str(y)) => x.cmp(y),
+        (V::Num(x), V::Num(y)) => match x.partial_cmp(y) {
+            Some(o) => o,
+            None => return false,
+        },
+        (V::Bool(x), V::Bool(y)) => x.cmp(y),
+        _ => return false,
+    };
+    match op {
+        CmpOp::Eq => ord == Ordering::Equal,
+        CmpOp::Gt => ord == Ordering::Greater,
+        CmpOp::Gte => ord != Ordering::Less,
+        CmpOp::Lt => ord == Ordering::Less,
+        CmpOp::Lte => ord != Ordering::Greater,
+    }
+}
+
+fn operand(o: &TOperand<CostField>, r: &CostRecord) -> V {
+    match o {
+        TOperand::Lit(l) => match l {
+            Lit::Str(s) => V::Str(s.clone()),
+            Lit::Int(i) | Lit::Micros(i) => V::Num(*i as f64),
+            Lit::Float(f) => V::Num(*f),
+            Lit::Bool(b) => V::Bool(*b),
+        },
+        TOperand::Field(f) => r.get(*f),
+        TOperand::Expr(e) => V::Bool(eval(e, r)),
+        TOperand::Convert(inner, from, to) => {
+            let v = operand(inner, r);
+            match (to, v) {
+                (ConvertTo::Exists, v) => V::Bool(v != V::Null),
+                (_, V::Null) => V::Null,
+                (ConvertTo::Double, V::Num(x)) => V::Num(x),
+                (ConvertTo::Int, V::Num(x)) => V::Num(x.trunc()),
+                (ConvertTo::Double | ConvertTo::Int, V::Str(s)) => s
+                    .trim()
+                    .parse::<f64>()
+                    .map_or(V::Null, |x| V::Num(if *to == ConvertTo::Int { x.trunc() } else { x })),
+                (ConvertTo::Double | ConvertTo::Int, V::Bool(b)) => V::Num(b as u8 as f64),
+                (ConvertTo::Bool, V::Bool(b)) => V::Bool(b),
+                (ConvertTo::Bool, V::Num(x)) => V::Bool(x != 0.0),
+                (ConvertTo::Bool, V::Str(s)) => match s.as_str() {
+                    "true" | "1" => V::Bool(true),
+                    "false" | "0" => V::Bool(false),
+                    _ => V::Null,
+                },
+                (ConvertTo::String, V::Str(s)) => V::Str(s),
+                (ConvertTo::String, V::Bool(b)) => V::Str(b.to_string()),
+                (ConvertTo::String, V::Num(x)) if *from == ValueType::Timestamp => {
+                    V::Str(Micros(x as i64).to_rfc3339())
+                }
+                (ConvertTo::String, V::Num(x)) => V::Str(x.to_string()),
+            }
+        }
+    }
+}
+
+/// A validated `/cost/query`.
+#[derive(Debug, Clone)]
+pub struct CostsQuery {
+    pub project: ProjectId,
+    pub fields: Option<Vec<CostField>>,
+    pub expr: Option<TExpr<CostField>>,
+    /// Ends with `id` so paging is deterministic.
+    pub sort: Vec<(CostField, Direction)>,
+    pub limit: Option<u64>,
+    pub offset: u64,
+}
+
+fn non_negative(what: &str, v: Option<i64>) -> Result<Option<u64>, ProtoError> {
+    match v {
+        Some(n) if n < 0 => Err(ProtoError::invalid(format!("{what} must be >= 0, got {n}"))),
+        v => Ok(v.map(|n| n as u64)),
+    }
+}
+
+impl CostQueryReq {
+    pub fn validate(self) -> Result<CostsQuery, ProtoError> {
+        let fields = self
+            .fields
+            .map(|fs| fs.iter().map(|f| CostCatalog.resolve(f).map(|(f, _)| f)).collect())
+            .transpose()?;
+        let expr = self.query.as_ref().map(|q| q.typed(&CostCatalog)).transpose()?;
+        let mut sort = Vec::new();
+        for s in self.sort_by.unwrap_or_default() {
+            sort.push((CostCatalog.resolve(&s.field)?.0, s.direction));
+        }
+        if sort.is_empty() {
+            sort.push((CostField::CreatedAt, Direction::Asc));
+        }
+        if !sort.iter().any(|(f, _)| *f == CostField::Id) {
+            sort.push((CostField::Id, Direction::Asc));
+        }
+        Ok(CostsQuery {
+            project: self.project_id,
+            fields,
+            expr,
+            sort,
+            limit: non_negative("limit", self.limit)?,
+            offset: non_negative("offset", self.offset)?.unwrap_or(0),
+        })
+    }
+}
+
+impl CostsQuery {
+    /// Filters, sorts and pages a project's prices.
+    pub fn apply(&self, mut rows: Vec<CostRecord>) -> Vec<Value> {
+        rows.retain(|r| r.project == self.project && self.expr.as_ref().is_none_or(|e| eval(e, r)));
+        rows.sort_by(|a, b| {
+            for (f, dir) in &self.sort {
+                let ord = match (a.get(*f), b.get(*f)) {
+                    (V::Str(x), V::Str(y)) => x.cmp(&y),
+                    (V::Num(x), V::Num(y)) => x.total_cmp(&y),
+                    (V::Null, V::Null) => std::cmp::Ordering::Equal,
+                    // NULLs last in both directions.
+                    (V::Null, _) => return std::cmp::Ordering::Greater,
+                    (_, V::Null) => return std::cmp::Ordering::Less,
+                    _ => std::cmp::Ordering::Equal,
+                };
+                let ord = if *dir == Direction::Desc { ord.reverse() } else { ord };
+                if ord.is_ne() {
+                    return ord;
+                }
+            }
+            std::cmp::Ordering::Equal
+        });
+        let limit = self.limit.unwrap_or(u64::MAX) as usize;
+        rows.iter()
+            .skip(self.offset as usize)
+            .take(limit)
+            .map(|r| r.to_json(self.fields.as_deref()))
+            .collect()
+    }
+}
+
+/// The ids a `/cost/purge` query names. Like the real server, only `$eq`/`$in` on `id` and
+/// `$or`s of those are accepted (CONTRACT §2); anything else is a 400.
+pub fn purge_ids(q: &Query) -> Result<Vec<String>, ProtoError> {
+    use crate::query::{Expr, Operand};
+    fn lit_str(o: &Operand) -> Option<String> {
+        match o {
+            Operand::Literal(Value::String(s)) => Some(s.clone()),
+            _ => None,
+        }
+    }
+    fn is_id(o: &Operand) -> bool {
+        matches!(o, Operand::Field(f) if f == "id")
+    }
+    fn walk(e: &Expr, out: &mut Vec<String>) -> Result<(), ProtoError> {
+        match e {
+            Expr::Cmp(CmpOp::Eq, a, b) if is_id(a) && lit_str(b).is_some() => {
+                out.push(lit_str(b).expect("checked"));
+            }
+            Expr::Cmp(CmpOp::Eq, a, b) if is_id(b) && lit_str(a).is_some() => {
+                out.push(lit_str(a).expect("checked"));
+            }
+            Expr::In(a, bs) if is_id(a) => {
+                for b in bs {
+                    out.push(lit_str(b).ok_or_else(|| {
+                        ProtoError::invalid("cost purge: $in on id takes string literals")
+                    })?);
+                }
+            }
+            Expr::Or(xs) => xs.iter().try_for_each(|x| walk(x, out))?,
+            _ => {
+                return Err(ProtoError::invalid(
+                    "cost purge accepts only {$eq: [id, literal]}, {$in: [id, [literals]]} or \
+                     an $or of those",
+                ));
+            }
+        }
+        Ok(())
+    }
+    let mut out = Vec::new();
+    walk(&q.expr, &mut out)?;
+    Ok(out)
+}
+
+// ---------------------------------------------------------------------------------------------
+// Call costs
+
+/// Where a price comes from: the project, or the built-in table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Level {
+    Project,
+    Default,
+}
+
+#[derive(Debug, Clone)]
+struct Price {
+    level: Level,
+    record: CostRecord,
+}
+
+/// The built-in price table, `data/prices.json` (per million tokens, USD).
+#[derive(Deserialize)]
+struct PriceFile {
+    prices: Vec<PriceEntry>,
+}
+
+#[derive(Deserialize)]
+struct PriceEntry {
+    llm_id: String,
+    provider_id: String,
+    effective_date: String,
+    input: f64,
+    output: f64,
+    #[serde(default)]
+    cache_read: f64,
+    #[serde(default)]
+    cache_write: f64,
+}
+
+static BUILTIN: LazyLock<Vec<CostRecord>> = LazyLock::new(|| {
+    let file: PriceFile = serde_json::from_str(include_str!("../data/prices.json"))
+        .expect("data/prices.json is valid (checked by a test)");
+    let project = ProjectId::parse("default/default").expect("valid");
+    file.prices
+        .into_iter()
+        .map(|p| {
+            let effective_date = Micros::parse_loose(&Value::String(p.effective_date.clone()))
+                .expect("data/prices.json dates are valid (checked by a test)");
+            CostRecord {
+                id: format!("default:{}:{}", p.llm_id, p.effective_date),
+                project: project.clone(),
+                llm_id: p.llm_id,
+                provider_id: p.provider_id,
+                prompt_token_cost: p.input / 1e6,
+                completion_token_cost: p.output / 1e6,
+                prompt_token_cost_unit: "USD".into(),
+                completion_token_cost_unit: "USD".into(),
+                cache_read_input_token_cost: p.cache_read / 1e6,
+                cache_creation_input_token_cost: p.cache_write / 1e6,
+                effective_date,
+                created_at: effective_date,
+                created_by: Some("system".into()),
+            }
+        })
+        .collect()
+});
+
+/// The prices that apply to one project's calls: its own, then the built-in defaults.
+#[derive(Debug, Clone, Default)]
+pub struct PriceBook {
+    by_llm: HashMap<String, Vec<Price>>,
+}
+
+impl PriceBook {
+    pub fn new(project_prices: Vec<CostRecord>) -> PriceBook {
+        let mut by_llm: HashMap<String, Vec<Price>> = HashMap::new();
+        let all = project_prices
+            .into_iter()
+            .map(|record| Price { level: Level::Project, record })
+            .chain(BUILTIN.iter().map(|r| Price { level: Level::Default, record: r.clone() }));
+        for p in all {
+            by_llm.entry(p.record.llm_id.clone()).or_default().push(p);
+        }
+        // Best first: project before default, then the newest effective date.
+        for prices in by_llm.values_mut() {
+            prices.sort_by(|a, b| {
+                a.level
+                    .cmp(&b.level)
+                    .then(b.record.effective_date.cmp(&a.record.effective_date))
+                    .then(b.record.created_at.cmp(&a.record.created_at))
+            });
+        }
+        PriceBook { by_llm }
+    }
+
+    /// The price of `llm_id` for a call started at `at`: the best level that has a price
+    /// effective at `at`, and within it the newest such price.
+    fn price(&self, llm_id: &str, at: Micros) -> Option<&Price> {
+        self.by_llm.get(llm_id)?.iter().find(|p| p.record.effective_date <= at)
+    }
+
+    /// `summary.weave.costs` for a call's `summary.usage`, or `None` when no model in it has a
+    /// price. Token keys: `prompt_tokens`/`input_tokens`, `completion_tokens`/`output_tokens`,
+    /// `cache_read_input_tokens`, `cache_creation_input_tokens` (Anthropic: counted apart from
+    /// the input tokens) and OpenAI's `prompt_tokens_details.cached_tokens` (a part of the prompt
+    /// tokens, billed at the cache-read price when there is one).
+    pub fn costs(&self, usage: &Value, started_at: Micros) -> Option<Value> {
+        let usage = usage.as_object()?;
+        let mut out = Map::new();
+        for (llm_id, u) in usage {
+            let Some(price) = self.price(llm_id, started_at) else { continue };
+            let int = |k: &str| u.get(k).and_then(Value::as_f64).unwrap_or(0.0).max(0.0);
+            let prompt = int("prompt_tokens") + int("input_tokens");
+            let completion = int("completion_tokens") + int("output_tokens");
+            let cache_read = int("cache_read_input_tokens");
+            let cache_creation = int("cache_creation_input_tokens");
+            let cached_part = ["prompt_tokens_details", "input_tokens_details"]
+                .iter()
+                .filter_map(|k| u.get(*k)?.get("cached_tokens")?.as_f64())
+                .sum::<f64>()
+                .clamp(0.0, prompt);
+            let r = &price.record;
+            let (uncached, cached_at) = if r.cache_read_input_token_cost > 0.0 {
+                (prompt - cached_part, cached_part)
+            } else {
+                (prompt, 0.0)
+            };
+            let prompt_total = uncached * r.prompt_token_cost
+                + (cached_at + cache_read) * r.cache_read_input_token_cost
+                + cache_creation * r.cache_creation_input_token_cost;
+            let mut row = Map::new();
+            row.insert("prompt_tokens".into(), json!(prompt as i64));
+            row.insert("completion_tokens".into(), json!(completion as i64));
+            row.insert("requests".into(), json!(int("requests") as i64));
+            row.insert("total_tokens".into(), json!(int("total_tokens") as i64));
+            for k in ["input_tokens", "output_tokens"] {
+                if let Some(v) = u.get(k) {
+                    row.insert(k.into(), v.clone());
+                }
+            }
+            row.insert("cache_read_input_tokens".into(), json!(cache_read as i64));
+            row.insert("cache_creation_input_tokens".into(), json!(cache_creation as i64));
+            row.insert("prompt_tokens_total_cost".into(), json!(prompt_total));
+            row.insert(
+                "completion_tokens_total_cost".into(),
+                json!(completion * r.completion_token_cost),
+            );
+            row.insert("prompt_token_cost".into(), json!(r.prompt_token_cost));
+            row.insert("completion_token_cost".into(), json!(r.completion_token_cost));
+            row.insert("cache_read_input_token_cost".into(), json!(r.cache_read_input_token_cost));
+            row.insert(
+                "cache_creation_input_token_cost".into(),
+                json!(r.cache_creation_input_token_cost),
+            );
+            row.insert("prompt_token_cost_unit".into(), json!(r.prompt_token_cost_unit));
+            row.insert("completion_token_cost_unit".into(), json!(r.completion_token_cost_unit));
+            row.insert("effective_date".into(), json!(r.effective_date));
+            row.insert("provider_id".into(), json!(r.provider_id));
+            let (level, level_id) = match price.level {
+                Level::Project => ("project", r.project.as_str()),
+                Level::Default => ("default", "default"),
+            };
+            row.insert("pricing_level".into(), json!(level));
+            row.insert("pricing_level_id".into(), json!(level_id));
+            row.insert("created_at".into(), json!(r.created_at));
+            row.insert("created_by".into(), json!(r.created_by));
+            out.insert(llm_id.clone(), Value::Object(row));
+        }
+        (!out.is_empty()).then_some(Value::Object(out))
+    }
+
+    /// Adds `summary.weave.costs` to a derived summary (see [`crate::calls::derive_summary`]).
+    pub fn add_costs(&self, summary: &mut Value, started_at: Micros) {
+        let Some(costs) = summary.get("usage").and_then(|u| self.costs(u, started_at)) else {
+            return;
+        };
+        if let Some(weave) = summary.get_mut("weave").and_then(Value::as_object_mut) {
+            weave.insert("costs".into(), costs);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn project() -> ProjectId {
+        ProjectId::parse("e/p").unwrap()
+    }
+
+    fn record(id: &str, llm: &str, date: &str, prompt: f64) -> CostRecord {
+        CostRecord {
+            id: id.into(),
+            project: project(),
+            llm_id: llm.into(),
+            provider_id: "default".into(),
+            prompt_token_cost: prompt,
+            completion_token_cost: 2.0 * prompt,
+            prompt_token_cost_unit: "USD".into(),
+            completion_token_cost_unit: "USD".into(),
+            cache_read_input_token_cost: 0.0,
+            cache_creation_input_token_cost: 0.0,
+            effective_date: Micros::parse_loose(&json!(date)).unwrap(),
+            created_at: Micros(0),
+            created_by: None,
+        }
+    }
+
+    #[test]
+    fn builtin_table_loads_with_cache_prices() {
+        assert!(BUILTIN.len() > 20);
+        let sonnet = BUILTIN.iter().find(|r| r.llm_id == "claude-3-5-sonnet-20241022").unwrap();
+        assert!(sonnet.cache_read_input_token_cost > 0.0);
+        assert!(sonnet.cache_creation_input_token_cost > sonnet.prompt_token_cost);
+    }
+
+    #[test]
+    fn newest_effective_price_at_call_start_wins_and_project_beats_default() {
+        let book = PriceBook::new(vec![
+            record("old", "m", "2024-01-01", 1.0),
+            record("new", "m", "2025-01-01", 10.0),
+            record("gpt", "gpt-4o", "2020-01-01", 100.0),
+        ]);
+        let usage = json!({"m": {"prompt_tokens": 2, "completion_tokens": 3, "requests": 1},
+                           "gpt-4o": {"input_tokens": 1, "output_tokens": 1},
+                           "unknown-model": {"prompt_tokens": 5}});
+        let at = |d: &str| Micros::parse_loose(&json!(d)).unwrap();
+        let c = book.costs(&usage, at("2024-06-01")).unwrap();
+        assert_eq!(c["m"]["prompt_tokens_total_cost"], json!(2.0));
+        assert_eq!(c["m"]["completion_tokens_total_cost"], json!(6.0));
+        assert_eq!(c["m"]["pricing_level"], json!("project"));
+        assert_eq!(c["gpt-4o"]["prompt_token_cost"], json!(100.0), "project overrides default");
+        assert!(c.get("unknown-model").is_none());
+        let c = book.costs(&usage, at("2025-06-01")).unwrap();
+        assert_eq!(c["m"]["prompt_tokens_total_cost"], json!(20.0));
+        // Before any project price of m: no cost for m (no default price for it either).
+        let c = book.costs(&usage, at("2023-01-01"));
+        assert!(c.is_none_or(|c| c.get("m").is_none()));
+    }
+
+    #[test]
+    fn cache_tokens_are_billed_at_cache_prices() {
+        let mut r = record("c", "m", "2024-01-01", 1.0);
+        r.cache_read_input_token_cost = 0.1;
+        r.cache_creation_input_token_cost = 1.25;
+        let book = PriceBook::new(vec![r]);
+        let at = Micros::parse_loose(&json!("2025-01-01")).unwrap();
+        let anthropic = json!({"m": {"input_tokens": 10, "output_tokens": 1,
+            "cache_read_input_tokens": 100, "cache_creation_input_tokens": 4}});
+        let c = book.costs(&anthropic, at).unwrap();
+        let total = c["m"]["prompt_tokens_total_cost"].as_f64().unwrap();
+        assert!((total - (10.0 + 10.0 + 5.0)).abs() < 1e-9, "{total}");
+        let openai = json!({"m": {"prompt_tokens": 10, "completion_tokens": 1,
+            "prompt_tokens_details": {"cached_tokens": 4}}});
+        let total =
+            book.costs(&openai, at).unwrap()["m"]["prompt_tokens_total_cost"].as_f64().unwrap();
+        assert!((total - (6.0 + 0.4)).abs() < 1e-9, "{total}");
+    }
+
+    #[test]
+    fn queries_filter_sort_and_page() {
+        let rows = vec![
+            record("a", "x", "2024-01-01", 1.0),
+            record("b", "y", "2024-01-02", 2.0),
+            record("c", "x", "2024-01-03", 3.0),
+        ];
+        let q = |v: Value| {
+            let req: CostQueryReq = serde_json::from_value(v).unwrap();
+            req.validate().unwrap().apply(rows.clone())
+        };
+        let ids = |out: Vec<Value>| -> Vec<String> {
+            out.iter().map(|r| r["id"].as_str().unwrap().to_owned()).collect()
+        };
+        let all = json!({"$eq": [{"$literal": "1"}, {"$literal": "1"}]});
+        assert_eq!(ids(q(json!({"project_id": "e/p", "query": {"$expr": all}}))), ["a", "b", "c"]);
+        let by_llm = json!({"$in": [{"$getField": "llm_id"}, [{"$literal": "x"}]]});
+        let out = q(json!({"project_id": "e/p", "query": {"$expr": by_llm},
+            "sort_by": [{"field": "effective_date", "direction": "desc"}], "limit": 1}));
+        assert_eq!(ids(out), ["c"]);
+        let cheap = json!({"$lt": [{"$getField": "prompt_token_cost"}, {"$literal": 2.5}]});
+        let out = q(json!({"project_id": "e/p", "query": {"$expr": cheap}, "offset": 1,
+                           "fields": ["id", "llm_id"]}));
+        assert_eq!(out, [json!({"id": "b", "llm_id": "y"})]);
+        let dated = json!({"$gte": [{"$getField": "effective_date"}, {"$literal": "2024-01-02"}]});
+        assert_eq!(ids(q(json!({"project_id": "e/p", "query": {"$expr": dated}}))), ["b", "c"]);
+        for bad in [
+            json!({"project_id": "e/p", "fields": ["nope"]}),
+            json!({"project_id": "e/p", "sort_by": [{"field": "nope"}]}),
+            json!({"project_id": "e/p", "limit": -1}),
+        ] {
+            let req: CostQueryReq = serde_json::from_value(bad.clone()).unwrap();
+            assert!(req.validate().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn purge_accepts_only_id_selections() {
+        let parse = |v: Value| Query::parse(&json!({ "$expr": v })).unwrap();
+        let ids = purge_ids(&parse(json!({"$in": [{"$getField": "id"},
+            [{"$literal": "a"}, {"$literal": "b"}]]})))
+        .unwrap();
+        assert_eq!(ids, ["a", "b"]);
+        let ids = purge_ids(&parse(json!({"$or": [
+            {"$eq": [{"$getField": "id"}, {"$literal": "a"}]},
+            {"$eq": [{"$getField": "id"}, {"$literal": "c"}]}]})))
+        .unwrap();
+        assert_eq!(ids, ["a", "c"]);
+        for bad in [
+            json!({"$eq": [{"$getField": "llm_id"}, {"$literal": "a"}]}),
+            json!({"$eq": [{"$literal": "1"}, {"$literal": "1"}]}),
+            json!({"$not": [{"$eq": [{"$getField": "id"}, {"$literal": "a"}]}]}),
+        ] {
+            assert!(purge_ids(&parse(bad.clone())).is_err(), "{bad}");
+        }
+    }
+}
