@@ -155,6 +155,50 @@ pub(crate) struct Outcome {
 }
 
 impl Outcome {
+    /// An outcome that failed before sending anything.
+    pub(crate) fn failed(reason: String) -> Outcome {
+        Outcome { failures: vec![reason], ..Outcome::default() }
+    }
+
+    /// Counts one answered request carrying `items` calls or spans: its latency when it
+    /// succeeded, the reason otherwise. Returns whether it succeeded.
+    pub(crate) fn record(
+        &mut self,
+        res: Result<(), String>,
+        elapsed: Duration,
+        items: usize,
+    ) -> bool {
+        match res {
+            Ok(()) => {
+                self.latencies.push(elapsed);
+                self.ok_requests += 1;
+                self.ok_calls += items;
+                true
+            }
+            Err(e) => {
+                self.failures.push(e);
+                false
+            }
+        }
+    }
+
+    /// The sender tasks' outcomes as one, timed from `start`, latencies sorted.
+    pub(crate) async fn join(
+        tasks: Vec<tokio::task::JoinHandle<Outcome>>,
+        start: Instant,
+    ) -> Outcome {
+        let mut total = Outcome::default();
+        for task in tasks {
+            match task.await {
+                Ok(out) => total.absorb(out),
+                Err(e) => total.failures.push(format!("sender task died: {e}")),
+            }
+        }
+        total.wall = start.elapsed();
+        total.latencies.sort_unstable();
+        total
+    }
+
     /// Adds another run's requests to this one (wall time and sorting are left to the caller).
     pub(crate) fn absorb(&mut self, out: Outcome) {
         self.latencies.extend(out.latencies);
@@ -286,30 +330,15 @@ pub(crate) async fn send_posts(
                         }
                         Err(e) => Err(format!("transport error: {e}")),
                     };
-                    match res {
-                        Ok(()) => {
-                            if let (Some(acks), Some(probe)) = (&acks, job.probe) {
-                                let _ = acks.send((probe, t + elapsed));
-                            }
-                            out.latencies.push(elapsed);
-                            out.ok_requests += 1;
-                            out.ok_calls += job.calls;
-                        }
-                        Err(e) => out.failures.push(e),
+                    if out.record(res, elapsed, job.calls)
+                        && let (Some(acks), Some(probe)) = (&acks, job.probe)
+                    {
+                        let _ = acks.send((probe, t + elapsed));
                     }
                 }
                 out
             })
         })
         .collect();
-    let mut total = Outcome::default();
-    for task in tasks {
-        match task.await {
-            Ok(out) => total.absorb(out),
-            Err(e) => total.failures.push(format!("sender task died: {e}")),
-        }
-    }
-    total.wall = start.elapsed();
-    total.latencies.sort_unstable();
-    total
+    Outcome::join(tasks, start).await
 }

@@ -795,11 +795,7 @@ async fn send(
                 let gzip = transport == Transport::GrpcGzip;
                 send_grpc(url, t.key, project, built.grpc, concurrency, gzip, acks).await
             }
-            None => {
-                let mut out = Outcome::default();
-                out.failures.push("the server announced no OTLP/gRPC address".into());
-                out
-            }
+            None => Outcome::failed("the server announced no OTLP/gRPC address".into()),
         },
     }
 }
@@ -833,20 +829,12 @@ async fn send_grpc(
                 }
                 clients.push(c);
             }
-            Err(e) => {
-                let mut out = Outcome::default();
-                out.failures.push(format!("connecting to OTLP/gRPC at {url}: {e}"));
-                return out;
-            }
+            Err(e) => return Outcome::failed(format!("connecting to OTLP/gRPC at {url}: {e}")),
         }
     }
     let auth: tonic::metadata::AsciiMetadataValue = match format!("Bearer {key}").parse() {
         Ok(v) => v,
-        Err(e) => {
-            let mut out = Outcome::default();
-            out.failures.push(format!("the API key is not valid gRPC metadata: {e}"));
-            return out;
-        }
+        Err(e) => return Outcome::failed(format!("the API key is not valid gRPC metadata: {e}")),
     };
     let project: tonic::metadata::AsciiMetadataValue =
         project.parse().expect("a project id is valid metadata");
@@ -876,32 +864,17 @@ async fn send_grpc(
                             Err(format!("gRPC {:?}: {}", status.code(), clip(status.message())))
                         }
                     };
-                    match res {
-                        Ok(()) => {
-                            if let (Some(acks), Some(probe)) = (&acks, job.probe) {
-                                let _ = acks.send((probe, t + elapsed));
-                            }
-                            out.latencies.push(elapsed);
-                            out.ok_requests += 1;
-                            out.ok_calls += job.spans;
-                        }
-                        Err(e) => out.failures.push(e),
+                    if out.record(res, elapsed, job.spans)
+                        && let (Some(acks), Some(probe)) = (&acks, job.probe)
+                    {
+                        let _ = acks.send((probe, t + elapsed));
                     }
                 }
                 out
             })
         })
         .collect();
-    let mut total = Outcome::default();
-    for task in tasks {
-        match task.await {
-            Ok(out) => total.absorb(out),
-            Err(e) => total.failures.push(format!("sender task died: {e}")),
-        }
-    }
-    total.wall = start.elapsed();
-    total.latencies.sort_unstable();
-    total
+    Outcome::join(tasks, start).await
 }
 
 // ---------------------------------------------------------------------------------------------
