@@ -8,6 +8,7 @@ use serde_json::{Map, Value};
 
 use crate::ProtoError;
 use crate::ids::{ProjectId, new_call_id};
+use crate::limits;
 use crate::query::{Catalog, SortBy, ValueType, split_path};
 use crate::time::Micros;
 
@@ -192,6 +193,31 @@ pub struct CallPart {
     pub trace_id: Option<String>,
     pub start: Option<StartPart>,
     pub end: Option<EndPart>,
+}
+
+impl CallPart {
+    /// Checks what a part built outside the HTTP parser (OTLP conversion, a Kafka record) could
+    /// get wrong: ids, and JSON members that must read back (well formed, at most
+    /// [`limits::MAX_JSON_DEPTH`] deep).
+    pub fn check(&self) -> Result<(), ProtoError> {
+        check_id("call id", &self.id)?;
+        check_opt_id("trace id", &self.trace_id)?;
+        if let Some(s) = &self.start {
+            check_opt_id("parent id", &s.parent_id)?;
+            limits::check_json_text("attributes", &s.attributes)?;
+            limits::check_json_text("inputs", &s.inputs)?;
+            if let Some(dump) = &s.otel_dump {
+                limits::check_json_text("otel_dump", dump)?;
+            }
+        }
+        if let Some(e) = &self.end {
+            limits::check_json_text("summary", &e.summary)?;
+            if let Some(output) = &e.output {
+                limits::check_json_text("output", output)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// Call ids are opaque strings, but bounded and printable.

@@ -9,6 +9,7 @@ pub mod error;
 pub mod expand;
 pub mod feedback;
 pub mod ids;
+pub mod limits;
 pub mod objects;
 pub mod otlp;
 pub mod query;

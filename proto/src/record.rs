@@ -111,8 +111,9 @@ impl From<&CallPart> for CallPartRecord {
 impl TryFrom<CallPartRecord> for CallPart {
     type Error = ProtoError;
 
+    /// A record is outside input like any request: it is checked against the same bounds.
     fn try_from(r: CallPartRecord) -> Result<Self, ProtoError> {
-        Ok(CallPart {
+        let part = CallPart {
             project: ProjectId::parse(&r.project_id)?,
             id: r.id,
             trace_id: r.trace_id,
@@ -137,7 +138,9 @@ impl TryFrom<CallPartRecord> for CallPart {
                 exception: e.exception,
                 wb_run_step_end: e.wb_run_step_end,
             }),
-        })
+        };
+        part.check()?;
+        Ok(part)
     }
 }
 

@@ -15,7 +15,7 @@ use crate::objects::VersionSel;
 pub const SCHEME: &str = "weave:///";
 
 /// Most refs one `/refs/read_batch` may ask for (the reference server's limit).
-pub const MAX_REFS_PER_BATCH: usize = 1000;
+pub use crate::limits::MAX_REFS_PER_BATCH;
 
 #[derive(Debug, Deserialize)]
 pub struct RefsReadBatchReq {

@@ -10,6 +10,7 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::{Map, Value};
 
 use crate::ProtoError;
+use crate::limits::{MAX_SPANS_PER_REQUEST, MAX_VALUES_PER_REQUEST};
 
 /// Decodes an OTLP/JSON body.
 pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError> {
@@ -18,8 +19,44 @@ pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError>
     if !v.is_object() {
         return Err(ProtoError::invalid("invalid OTLP/JSON body: expected an object"));
     }
+    check_counts(&v)?;
     canonicalise(&mut v, "");
     serde_json::from_value(v).map_err(bad)
+}
+
+/// The bounds of [`crate::limits`] on spans and values, checked on the parsed JSON before it is
+/// converted into the (larger) OTLP structs. Every object and array counts as a value.
+fn check_counts(v: &Value) -> Result<(), ProtoError> {
+    let (mut spans, mut values) = (0usize, 0usize);
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(map) => {
+                values += 1;
+                if let Some(Value::Array(s)) = map.get("spans") {
+                    spans += s.len();
+                }
+                stack.extend(map.values());
+            }
+            Value::Array(items) => {
+                values += 1;
+                stack.extend(items);
+            }
+            _ => {}
+        }
+    }
+    if spans > MAX_SPANS_PER_REQUEST {
+        return Err(ProtoError::invalid(format!(
+            "the request has more than {MAX_SPANS_PER_REQUEST} spans: send fewer per request"
+        )));
+    }
+    if values > MAX_VALUES_PER_REQUEST {
+        return Err(ProtoError::invalid(format!(
+            "the request has more than {MAX_VALUES_PER_REQUEST} attributes, events, links and \
+             values together: send fewer spans per request"
+        )));
+    }
+    Ok(())
 }
 
 fn camel_case(key: &str) -> String {

@@ -8,6 +8,7 @@ mod json;
 pub mod op;
 mod span;
 pub mod values;
+pub mod wire;
 
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
@@ -21,8 +22,10 @@ use crate::calls::CallPart;
 pub use json::decode_json;
 pub use span::Scope;
 
-/// Decodes an OTLP/protobuf body.
+/// Decodes an OTLP/protobuf body; one with more spans or values than [`crate::limits`] allows
+/// is refused before it is decoded.
 pub fn decode_protobuf(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError> {
+    wire::count(body)?;
     ExportTraceServiceRequest::decode(body)
         .map_err(|e| ProtoError::invalid(format!("invalid OTLP protobuf body: {e}")))
 }
@@ -95,14 +98,21 @@ pub fn convert(
                 ));
             }
         };
+        // A resource's attributes go into every span's dump: a bad key rejects its spans.
+        let resource_ok =
+            rs.resource.as_ref().map_or(Ok(()), |r| span::check_attribute_keys(&r.attributes));
         for ss in &rs.scope_spans {
             let scope = Scope {
                 name: ss.scope.as_ref().map_or("", |s| s.name.as_str()),
                 version: ss.scope.as_ref().map_or("", |s| s.version.as_str()),
             };
             for sp in &ss.spans {
-                let converted = span::to_call(&project, sp, rs.resource.as_ref(), &scope)
-                    .and_then(|call| call.into_part(wb_user_id).map_err(|e| e.to_string()));
+                let converted = resource_ok
+                    .clone()
+                    .and_then(|()| span::check_keys(sp))
+                    .and_then(|()| span::to_call(&project, sp, rs.resource.as_ref(), &scope))
+                    .and_then(|call| call.into_part(wb_user_id).map_err(|e| e.to_string()))
+                    .and_then(|part| part.check().map(|()| part).map_err(|e| e.to_string()));
                 match converted {
                     Ok(part) => {
                         out.ops.insert((project.clone(), sp.name.clone()));

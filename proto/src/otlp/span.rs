@@ -1,5 +1,6 @@
 //! One OTLP span → one complete call.
 
+use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
@@ -11,6 +12,7 @@ use super::op::op_ref;
 use super::values::{flat, index_maps_to_lists, nest};
 use crate::ProjectId;
 use crate::calls::{CompleteCall, StartedCall};
+use crate::limits;
 use crate::time::Micros;
 
 /// The span's scope (instrumentation library), kept in `otel_dump`.
@@ -78,6 +80,38 @@ impl Attributes {
     fn unmapped(&self) -> Map<String, Value> {
         nest(self.flat.iter().filter(|(k, _)| !self.is_used(k)).map(|(k, v)| (k.as_str(), v)))
     }
+}
+
+/// Every attribute key within [`limits::MAX_ATTRIBUTE_KEY_BYTES`] and
+/// [`limits::MAX_ATTRIBUTE_KEY_SEGMENTS`]: keys are nested by their dots, so an unbounded key
+/// would nest a value thousands of levels deep.
+pub fn check_attribute_keys(attrs: &[KeyValue]) -> Result<(), SpanError> {
+    for kv in attrs {
+        if kv.key.len() > limits::MAX_ATTRIBUTE_KEY_BYTES {
+            return Err(format!(
+                "attribute key of {} bytes is longer than the limit of {}",
+                kv.key.len(),
+                limits::MAX_ATTRIBUTE_KEY_BYTES
+            ));
+        }
+        let segments = kv.key.split('.').count();
+        if segments > limits::MAX_ATTRIBUTE_KEY_SEGMENTS {
+            let head: String = kv.key.chars().take(64).collect();
+            return Err(format!(
+                "attribute key {head:?}... has {segments} dot-separated segments, more than \
+                 the limit of {}",
+                limits::MAX_ATTRIBUTE_KEY_SEGMENTS
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The span's own, its events' and its links' attribute keys (see [`check_attribute_keys`]).
+pub fn check_keys(span: &Span) -> Result<(), SpanError> {
+    check_attribute_keys(&span.attributes)?;
+    span.events.iter().try_for_each(|e| check_attribute_keys(&e.attributes))?;
+    span.links.iter().try_for_each(|l| check_attribute_keys(&l.attributes))
 }
 
 fn hex_id(bytes: &[u8], len: usize, what: &str) -> Result<String, SpanError> {

@@ -368,3 +368,67 @@ fn protobuf_round_trip_of_an_empty_request() {
     assert!(converted.parts.is_empty());
     assert!(converted.response().partial_success.is_none());
 }
+
+/// Two spans, the second with a different id, each with the given attributes.
+fn two_spans(bad: Value, good: Value) -> Value {
+    let mut req = request(bad, json!({}));
+    let spans = req["resourceSpans"][0]["scopeSpans"][0]["spans"].as_array_mut().unwrap();
+    let mut second = spans[0].clone();
+    second["spanId"] = json!("c7ad6b7169203332");
+    second["attributes"] = good;
+    spans.push(second);
+    req
+}
+
+#[test]
+fn a_key_of_thousands_of_segments_rejects_only_its_span() {
+    // 20 KB of dots: nested without a bound, this overflowed the stack when the value was
+    // serialised or dropped; at ~3,000 segments it was stored and broke every JSON filter.
+    for (segments, why) in
+        [(3_000, "longer than the limit"), (10_000, "longer than"), (33, "segments")]
+    {
+        let key = vec!["a"; segments].join(".");
+        let req = two_spans(attrs(&[(&key, json!("x"))]), attrs(&[("ok", json!(1))]));
+        let (converted, call) = convert_both(&req);
+        assert_eq!(converted.rejected, 1, "{segments}");
+        assert_eq!(converted.parts.len(), 1);
+        assert_eq!(call["id"], "c7ad6b7169203332");
+        assert!(converted.errors[0].contains(why), "{:?}", converted.errors);
+    }
+    // 32 segments are fine.
+    let key = vec!["a"; 32].join(".");
+    let (converted, _) = convert_both(&two_spans(attrs(&[(&key, json!(1))]), attrs(&[])));
+    assert_eq!((converted.rejected, converted.parts.len()), (0, 2));
+    let long = "k".repeat(crate::limits::MAX_ATTRIBUTE_KEY_BYTES + 1);
+    let req = two_spans(attrs(&[(&long, json!("x"))]), attrs(&[]));
+    let (converted, _) = convert_both(&req);
+    assert_eq!((converted.rejected, converted.parts.len()), (1, 1));
+    assert!(converted.errors[0].contains("longer than the limit"), "{:?}", converted.errors);
+}
+
+#[test]
+fn event_and_resource_keys_are_bounded_too() {
+    let key = vec!["e"; 100].join(".");
+    let event = json!({"events": [{"name": "x", "timeUnixNano": "1763700000000000000",
+                                   "attributes": attrs(&[(&key, json!(1))])}]});
+    let (converted, _) = convert_both(&request(attrs(&[]), event));
+    assert_eq!((converted.rejected, converted.parts.len()), (1, 0));
+    let mut req = request(attrs(&[]), json!({}));
+    req["resourceSpans"][0]["resource"]["attributes"] = attrs(&[(&key, json!(1))]);
+    let (converted, _) = convert_both(&req);
+    assert_eq!((converted.rejected, converted.parts.len()), (1, 0));
+}
+
+#[test]
+fn values_nested_past_the_json_depth_reject_their_span() {
+    // A JSON-valued attribute the parser accepts (127 levels) under a 32-segment key nests
+    // deeper than any stored value may: the span is rejected instead of stored unreadable.
+    let deep = format!("{}1{}", "[".repeat(120), "]".repeat(120));
+    let key = vec!["k"; 32].join(".");
+    let req = two_spans(attrs(&[(&key, json!(deep))]), attrs(&[("k", json!(deep))]));
+    let (converted, call) = convert_both(&req);
+    assert_eq!((converted.rejected, converted.parts.len()), (1, 1));
+    assert!(converted.errors[0].contains("deeper than"), "{:?}", converted.errors);
+    // The accepted span's value reads back as JSON.
+    assert!(serde_json::from_str::<Value>(&call["attributes"].to_string()).is_ok());
+}

@@ -1,0 +1,180 @@
+//! The bounds on everything a client can make deep, wide or long, in one place
+//! (`docs/limits.md` lists them for users). Each write path (HTTP JSON, OTLP protobuf and JSON,
+//! gRPC, the Kafka consumer) enforces them before the data is stored, so no stored value can
+//! later fail to read back, and no single request can exhaust the stack or the heap.
+
+use serde::de::IgnoredAny;
+use serde_json::Value;
+
+use crate::ProtoError;
+
+/// Deepest nesting of objects and arrays in any stored JSON value: exactly what `serde_json`
+/// accepts when it parses (its limit of 128 counts the level it refuses), so every stored value
+/// reads back; far below what recursion on a thread's stack can take.
+pub const MAX_JSON_DEPTH: usize = 127;
+
+/// OTLP: spans in one export request (the OpenTelemetry SDKs send at most 512 by default).
+pub const MAX_SPANS_PER_REQUEST: usize = 50_000;
+/// OTLP: attributes, events, links and array/kvlist elements in one export request, together.
+/// Each costs ~60–300 bytes once decoded even when it is empty on the wire (2 bytes), so this
+/// bounds what a small body can decode into.
+pub const MAX_VALUES_PER_REQUEST: usize = 1_000_000;
+/// OTLP: the longest attribute key, in bytes.
+pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 1024;
+/// OTLP: the most dot-separated segments of an attribute key (each becomes one level of
+/// nesting: `gen_ai.prompt.0.role` has four).
+pub const MAX_ATTRIBUTE_KEY_SEGMENTS: usize = 32;
+
+/// `expand_columns` in one calls query.
+pub const MAX_EXPAND_COLUMNS: usize = 64;
+/// Dot-separated segments of one expand column or query field path.
+pub const MAX_PATH_SEGMENTS: usize = 64;
+
+/// Terms of one query expression (every operator and operand counted once).
+pub const MAX_QUERY_TERMS: usize = 1000;
+/// Entries of a `sort_by`.
+pub const MAX_SORT_TERMS: usize = 32;
+/// Nesting of one query expression (`$and` in `$or` in `$not` ...).
+pub const MAX_QUERY_DEPTH: usize = 32;
+/// Longest literal or field name in a query, in bytes.
+pub const MAX_QUERY_STRING_BYTES: usize = 64 * 1024;
+/// Ids in one id-list filter (`call_ids`, `trace_ids`, `parent_ids`, ...), together.
+pub const MAX_FILTER_IDS: usize = 10_000;
+
+/// Refs in one `/refs/read_batch`.
+pub const MAX_REFS_PER_BATCH: usize = 1000;
+/// The largest answer `/refs/read_batch` or one page of expanded calls builds, in bytes.
+pub const MAX_RESOLVED_BYTES: usize = 64 * 1024 * 1024;
+
+/// Edits in one `/table/update`.
+pub const MAX_TABLE_UPDATES: usize = 100_000;
+/// Rows of one table (a dataset version).
+pub const MAX_TABLE_ROWS: usize = 1_000_000;
+
+/// Checks that `text` is JSON that reads back: well formed and at most [`MAX_JSON_DEPTH`] deep.
+/// Walks the text without building a value (serde's skipping parser does not limit depth, so
+/// depth is counted separately), in two passes and no allocation.
+pub fn check_json_text(what: &str, text: &str) -> Result<(), ProtoError> {
+    if text_depth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH {
+        return Err(ProtoError::invalid(format!(
+            "{what} nests deeper than {MAX_JSON_DEPTH} levels"
+        )));
+    }
+    serde_json::from_str::<IgnoredAny>(text)
+        .map(|_| ())
+        .map_err(|e| ProtoError::invalid(format!("{what} is not valid JSON: {e}")))
+}
+
+/// The deepest nesting of `[` and `{` in JSON text, outside strings; stops counting past
+/// `stop_at`. Meaningful for well-formed text only (the caller also parses it).
+fn text_depth(text: &str, stop_at: usize) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for b in text.bytes() {
+        if in_string {
+            match b {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+                if deepest > stop_at {
+                    return deepest;
+                }
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+/// The nesting depth of a value (a scalar is 0, `{}` and `[]` are 1), found without recursion,
+/// and without looking further down than `stop_at`.
+pub fn json_depth(v: &Value, stop_at: usize) -> usize {
+    let mut deepest = 0;
+    let mut stack: Vec<(&Value, usize)> = vec![(v, 0)];
+    while let Some((v, depth)) = stack.pop() {
+        let children: Box<dyn Iterator<Item = &Value>> = match v {
+            Value::Array(items) => Box::new(items.iter()),
+            Value::Object(map) => Box::new(map.values()),
+            _ => continue,
+        };
+        deepest = deepest.max(depth + 1);
+        if deepest > stop_at {
+            return deepest;
+        }
+        stack.extend(children.map(|c| (c, depth + 1)));
+    }
+    deepest
+}
+
+/// Fails with a clear reason when `v` nests deeper than [`MAX_JSON_DEPTH`].
+pub fn check_depth(what: &str, v: &Value) -> Result<(), ProtoError> {
+    if json_depth(v, MAX_JSON_DEPTH) > MAX_JSON_DEPTH {
+        return Err(ProtoError::invalid(format!(
+            "{what} nests deeper than {MAX_JSON_DEPTH} levels"
+        )));
+    }
+    Ok(())
+}
+
+/// Drops a value of any depth without recursing (serde_json's own drop recurses once per
+/// level). Only values built outside the parser can be that deep; it is a backstop.
+pub fn drop_flat(v: Value) {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => stack.extend(map.into_iter().map(|(_, v)| v)),
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn nested(depth: usize) -> String {
+        format!("{}1{}", "[".repeat(depth), "]".repeat(depth))
+    }
+
+    #[test]
+    fn text_depth_limit_is_the_parsers() {
+        assert!(check_json_text("inputs", &nested(MAX_JSON_DEPTH)).is_ok());
+        let err = check_json_text("inputs", &nested(MAX_JSON_DEPTH + 1)).unwrap_err();
+        assert!(err.to_string().contains("deeper than 127"), "{err}");
+        assert!(serde_json::from_str::<Value>(&nested(MAX_JSON_DEPTH + 1)).is_err());
+        // Brackets inside strings do not count.
+        let quoted = format!("[{:?}]", "[".repeat(500) + "\\\"{");
+        assert!(check_json_text("x", &quoted).is_ok(), "{quoted}");
+        // Whatever the checker accepts, serde_json parses back into a value.
+        assert!(serde_json::from_str::<Value>(&nested(MAX_JSON_DEPTH)).is_ok());
+        assert!(check_json_text("x", "{\"a\": ").unwrap_err().to_string().contains("not valid"));
+        // A million levels are refused without exhausting the stack.
+        assert!(check_json_text("x", &nested(1_000_000)).is_err());
+    }
+
+    #[test]
+    fn value_depth_without_recursion() {
+        assert_eq!(json_depth(&json!(1), 10), 0);
+        assert_eq!(json_depth(&json!({"a": [1, {"b": {}}]}), 10), 4);
+        let mut deep = json!(1);
+        for _ in 0..200_000 {
+            deep = Value::Array(vec![deep]);
+        }
+        assert_eq!(json_depth(&deep, MAX_JSON_DEPTH), MAX_JSON_DEPTH + 1);
+        assert!(check_depth("v", &deep).is_err());
+        drop_flat(deep);
+    }
+}

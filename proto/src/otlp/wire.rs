@@ -1,0 +1,211 @@
+//! Counting an OTLP/protobuf trace request before decoding it. A message that is empty on the
+//! wire (two bytes) decodes into a struct of 60–300 bytes, so a 32 MiB body of empty spans or
+//! attributes would decode into gigabytes. This pass walks the wire format without allocating,
+//! counts spans and nested values, and refuses the request when they exceed the bounds of
+//! [`crate::limits`] — before prost builds anything.
+//!
+//! Only the fields that hold nested messages are followed (the trace schema's); everything else
+//! is skipped by its wire type. Whatever prost would reject as malformed is left for prost to
+//! report: this pass only fails on counts, or on input too broken to walk.
+
+use prost::bytes::Buf;
+use prost::encoding::{WireType, decode_key, decode_varint};
+
+use crate::ProtoError;
+use crate::limits::{MAX_SPANS_PER_REQUEST, MAX_VALUES_PER_REQUEST};
+
+/// prost's own nesting limit: deeper input fails to decode anyway.
+const MAX_NESTING: usize = 100;
+
+/// The message types of the trace schema that contain other messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Msg {
+    Request,
+    ResourceSpans,
+    Resource,
+    ScopeSpans,
+    Scope,
+    Span,
+    Event,
+    Link,
+    KeyValue,
+    AnyValue,
+    ArrayValue,
+    KeyValueList,
+    /// A message with no nested messages of interest (e.g. `Status`): skipped as bytes.
+    Leaf,
+}
+
+/// The message type of field `tag` of `parent`, when it is a message.
+fn child(parent: Msg, tag: u32) -> Option<Msg> {
+    use Msg::*;
+    Some(match (parent, tag) {
+        (Request, 1) => ResourceSpans,
+        (ResourceSpans, 1) => Resource,
+        (ResourceSpans, 2) => ScopeSpans,
+        (Resource, 1) => KeyValue,
+        (ScopeSpans, 1) => Scope,
+        (ScopeSpans, 2) => Span,
+        (Scope, 3) => KeyValue,
+        (Span, 9) => KeyValue,
+        (Span, 11) => Event,
+        (Span, 13) => Link,
+        (Span, 15) => Leaf,
+        (Event, 3) | (Link, 4) | (KeyValueList, 1) => KeyValue,
+        (KeyValue, 2) | (ArrayValue, 1) => AnyValue,
+        (AnyValue, 5) => ArrayValue,
+        (AnyValue, 6) => KeyValueList,
+        _ => return None,
+    })
+}
+
+/// What a request holds.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub spans: usize,
+    /// Every other nested message: resources, scopes, attributes, values, events, links.
+    pub values: usize,
+}
+
+fn malformed(e: impl std::fmt::Display) -> ProtoError {
+    ProtoError::invalid(format!("invalid OTLP protobuf body: {e}"))
+}
+
+/// Counts the spans and values of an `ExportTraceServiceRequest` body.
+pub fn count(body: &[u8]) -> Result<Counts, ProtoError> {
+    let mut counts = Counts::default();
+    // (message type, bytes left of it), innermost last; the body itself is the outermost.
+    let mut stack: Vec<(Msg, &[u8])> = vec![(Msg::Request, body)];
+    while let Some((msg, mut buf)) = stack.pop() {
+        if buf.is_empty() {
+            continue;
+        }
+        let (tag, wire) = decode_key(&mut buf).map_err(malformed)?;
+        let nested = match wire {
+            WireType::Varint => {
+                decode_varint(&mut buf).map_err(malformed)?;
+                None
+            }
+            WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
+                let n = if wire == WireType::SixtyFourBit { 8 } else { 4 };
+                if buf.remaining() < n {
+                    return Err(malformed("buffer underflow"));
+                }
+                buf.advance(n);
+                None
+            }
+            WireType::LengthDelimited => {
+                let len = decode_varint(&mut buf).map_err(malformed)?;
+                let len = usize::try_from(len)
+                    .ok()
+                    .filter(|l| *l <= buf.len())
+                    .ok_or_else(|| malformed("buffer underflow"))?;
+                let (field, rest) = buf.split_at(len);
+                buf = rest;
+                child(msg, tag).map(|m| (m, field))
+            }
+            WireType::StartGroup | WireType::EndGroup => {
+                return Err(malformed("groups are not part of OTLP"));
+            }
+        };
+        // The rest of this message first (pushed below its child, so the child is walked
+        // next: the stack holds at most one entry per level).
+        stack.push((msg, buf));
+        if let Some((m, field)) = nested {
+            match m {
+                Msg::Span => counts.spans += 1,
+                _ => counts.values += 1,
+            }
+            if counts.spans > MAX_SPANS_PER_REQUEST {
+                return Err(ProtoError::invalid(format!(
+                    "the request has more than {MAX_SPANS_PER_REQUEST} spans: send fewer per \
+                     request"
+                )));
+            }
+            if counts.values > MAX_VALUES_PER_REQUEST {
+                return Err(ProtoError::invalid(format!(
+                    "the request has more than {MAX_VALUES_PER_REQUEST} attributes, events, \
+                     links and values together: send fewer spans per request"
+                )));
+            }
+            if stack.len() > MAX_NESTING {
+                return Err(malformed("nesting is deeper than 100 levels"));
+            }
+            if m != Msg::Leaf {
+                stack.push((m, field));
+            }
+        }
+    }
+    Ok(counts)
+}
+
+#[cfg(test)]
+mod tests {
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, any_value};
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, span::Event};
+    use prost::Message;
+
+    use super::*;
+
+    fn kv(key: &str, value: any_value::Value) -> KeyValue {
+        KeyValue {
+            key: key.into(),
+            value: Some(AnyValue { value: Some(value) }),
+            ..Default::default()
+        }
+    }
+
+    fn request(spans: Vec<Span>) -> Vec<u8> {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
+                ..Default::default()
+            }],
+        }
+        .encode_to_vec()
+    }
+
+    #[test]
+    fn counts_spans_and_nested_values() {
+        let list = any_value::Value::ArrayValue(ArrayValue {
+            values: vec![AnyValue { value: Some(any_value::Value::IntValue(1)) }; 3],
+        });
+        let span = Span {
+            name: "s".into(),
+            attributes: vec![kv("a", any_value::Value::StringValue("x".into())), kv("l", list)],
+            events: vec![Event { name: "e".into(), ..Default::default() }],
+            ..Default::default()
+        };
+        let counts = count(&request(vec![span.clone(), span])).unwrap();
+        assert_eq!(counts.spans, 2);
+        // Per span: 2 KeyValues, 2 AnyValues, 1 ArrayValue, 3 elements, 1 event; plus the
+        // ResourceSpans and ScopeSpans around them.
+        assert_eq!(counts.values, 2 * 9 + 2);
+    }
+
+    #[test]
+    fn empty_spans_past_the_bound_are_refused_before_decoding() {
+        // Two bytes per empty span on the wire: field 2 of ScopeSpans, length 0.
+        let mut scope = Vec::new();
+        for _ in 0..=MAX_SPANS_PER_REQUEST {
+            scope.extend_from_slice(&[0x12, 0x00]);
+        }
+        let mut rs = vec![0x12];
+        prost::encoding::encode_varint(scope.len() as u64, &mut rs);
+        rs.extend(scope);
+        let mut body = vec![0x0a];
+        prost::encoding::encode_varint(rs.len() as u64, &mut body);
+        body.extend(rs);
+        let err = count(&body).unwrap_err();
+        assert!(err.to_string().contains("more than 50000 spans"), "{err}");
+    }
+
+    #[test]
+    fn broken_input_fails_cleanly() {
+        for body in [&b"\x0a\xff\xff\xff\xff\x0f"[..], b"\x0b", b"\x0a\x05\x12"] {
+            assert!(count(body).is_err(), "{body:?}");
+        }
+        assert_eq!(count(b"").unwrap(), Counts::default());
+    }
+}
