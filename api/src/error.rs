@@ -76,8 +76,9 @@ impl ApiError {
             ApiError::Overloaded(_) => Code::Unavailable,
             ApiError::Internal(_) => Code::Internal,
         };
-        if code == Code::Internal {
-            tracing::error!(error = %self, "gRPC request failed");
+        if let ApiError::Internal(detail) = self {
+            let id = log_internal(detail);
+            return tonic::Status::new(code, format!("internal error (request_id {id})"));
         }
         tonic::Status::new(code, self.to_string())
     }
@@ -102,19 +103,43 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Invalid(m) => ApiError::BadRequest(m),
             StoreError::Overloaded => ApiError::Overloaded(e.to_string()),
-            e @ StoreError::Rejected(_) => ApiError::BadRequest(e.to_string()),
+            StoreError::Rejected(detail) => ApiError::BadRequest(format!(
+                "the store rejected the data (request_id {})",
+                log_internal(&detail)
+            )),
             StoreError::Backend(m) => ApiError::Internal(m),
         }
     }
 }
 
+/// The most of an internal error's text that goes to the log (a failed statement can carry
+/// megabytes of SQL).
+const LOGGED_ERROR_BYTES: usize = 2048;
+
+/// `text` cut to at most `max` bytes, on a character boundary.
+pub fn truncated(text: &str, max: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max {
+        return text.into();
+    }
+    let cut = (0..=max).rev().find(|i| text.is_char_boundary(*i)).unwrap_or(0);
+    format!("{}... ({} bytes more)", &text[..cut], text.len() - cut).into()
+}
+
+/// Logs an internal error under a fresh request id and returns the id: clients see only the
+/// id, never the text (which may name tables, statements or paths).
+fn log_internal(error: &str) -> String {
+    let id = uuid::Uuid::now_v7().simple().to_string();
+    tracing::error!(request_id = %id, error = %truncated(error, LOGGED_ERROR_BYTES), "internal error");
+    id
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
-        if status.is_server_error() {
-            tracing::error!(status = status.as_u16(), error = %self, "request failed");
-        }
         let body = match &self {
+            ApiError::Internal(detail) => {
+                json!({"reason": "internal error", "request_id": log_internal(detail)})
+            }
             ApiError::Deleted { reason, deleted_at } => {
                 json!({"reason": reason, "deleted_at": deleted_at})
             }

@@ -19,6 +19,7 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
+use crate::budget::Admitted;
 use crate::{ApiError, AppState};
 
 /// How much of an oversized body is read and discarded so the client gets its 413 cleanly.
@@ -115,12 +116,46 @@ impl FromRequest<Arc<AppState>> for EncodedBody {
 /// A JSON request body (gzip accepted).
 pub struct Json<T>(pub T);
 
-impl<T: DeserializeOwned> FromRequest<Arc<AppState>> for Json<T> {
+/// Bodies up to this size are decoded where they arrive; larger ones on the blocking pool, so
+/// a 30 MiB parse never holds up an async worker (and `/health` with it).
+const INLINE_DECODE_BYTES: usize = 256 * 1024;
+
+impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
         let body = EncodedBody::from_request(req, state).await?;
-        parse(&body.encoding.decode(body.bytes, state.max_body_bytes)?).map(Json)
+        if body.bytes.len() <= INLINE_DECODE_BYTES && body.encoding == Encoding::Identity {
+            return parse(&body.bytes).map(Json);
+        }
+        let (bytes, _admitted) = admit_and_decode(state, body).await?;
+        blocking(move || parse(&bytes)).await.map(Json)
+    }
+}
+
+/// Decompresses a body within the decode budget (`crate::budget`), on the blocking pool; the
+/// admission covers parsing what comes out, and is held until the caller drops it.
+pub async fn admit_and_decode(
+    state: &AppState,
+    body: EncodedBody,
+) -> Result<(Bytes, Admitted), ApiError> {
+    let limit = state.max_body_bytes;
+    let admitted = state.decode_budget.admit(body.bytes.len(), None).await?;
+    if body.encoding == Encoding::Identity {
+        return Ok((body.bytes, admitted));
+    }
+    let bytes = blocking(move || body.encoding.decode(body.bytes, limit)).await?;
+    let admitted = state.decode_budget.admit(bytes.len(), Some(admitted)).await?;
+    Ok((bytes, admitted))
+}
+
+/// Runs CPU-bound request work (decoding, digesting) on the blocking pool.
+pub async fn blocking<T: Send + 'static, E: Into<ApiError> + Send + 'static>(
+    work: impl FnOnce() -> Result<T, E> + Send + 'static,
+) -> Result<T, ApiError> {
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result.map_err(Into::into),
+        Err(e) => Err(ApiError::Internal(format!("request work failed: {e}"))),
     }
 }
 

@@ -2,11 +2,13 @@
 //! status codes, API-key authentication, and request extractors with clear 4xx answers.
 
 pub mod auth;
+pub mod budget;
 pub mod error;
 pub mod extract;
 pub mod state;
 
 pub use auth::{Auth, Principal};
+pub use budget::DecodeBudget;
 pub use error::ApiError;
-pub use extract::{EncodedBody, Encoding, Json, RawBody};
+pub use extract::{EncodedBody, Encoding, Json, RawBody, admit_and_decode, blocking};
 pub use state::{AppState, CallSink, StoreSink};

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use heddle_proto::calls::CallPart;
 use heddle_store::Store;
 
-use crate::{ApiError, Auth};
+use crate::{ApiError, Auth, DecodeBudget};
 
 /// Where the ingest endpoints put call parts. It returns only once the parts are durable: in the
 /// store (embedded mode) or acknowledged by Kafka (distributed mode).
@@ -30,7 +30,13 @@ pub struct AppState {
     pub auth: Auth,
     /// Largest request body accepted (413 above).
     pub max_body_bytes: usize,
+    /// Room for decoding request bodies at once (`crate::budget`).
+    pub decode_budget: DecodeBudget,
 }
+
+/// The default decode budget: with the default 32 MiB body limit, four of the largest bodies
+/// decode at once, and any number of ordinary ones.
+pub const DEFAULT_DECODE_BUDGET_BYTES: usize = 512 << 20;
 
 impl AppState {
     /// `calls: None` writes calls straight into `store`.
@@ -45,6 +51,7 @@ impl AppState {
             calls: calls.unwrap_or_else(|| Arc::new(StoreSink(store.clone()))),
             store,
             max_body_bytes,
+            decode_budget: DecodeBudget::new(DEFAULT_DECODE_BUDGET_BYTES),
         })
     }
 }

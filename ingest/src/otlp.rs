@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Router};
-use heddle_api::{ApiError, AppState, EncodedBody, Principal};
+use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
 use heddle_proto::ProjectId;
 use heddle_proto::canonical::canonical_json;
 use heddle_proto::otlp::{self, op};
@@ -202,8 +202,9 @@ async fn export_http(
 ) -> Result<Response, ApiError> {
     let format = Format::from_headers(&headers)?;
     let project = header_project(&headers)?;
-    let limit = ingest.state.max_body_bytes;
-    let decode = move || format.decode(&body.encoding.decode(body.bytes, limit)?);
+    // Held until the spans are converted and written: decoding is where a body grows.
+    let (bytes, _admitted) = admit_and_decode(&ingest.state, body).await?;
+    let decode = move || format.decode(&bytes);
     Ok(format.respond(ingest.export(&who, project, decode).await?))
 }
 

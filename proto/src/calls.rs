@@ -131,6 +131,33 @@ pub struct CallsFilter {
     pub trace_roots_only: Option<bool>,
 }
 
+impl CallsFilter {
+    /// At most [`limits::MAX_FILTER_IDS`] values in all lists together: each is a bound
+    /// parameter of the query.
+    pub fn check(&self) -> Result<(), ProtoError> {
+        let lists = [
+            &self.op_names,
+            &self.input_refs,
+            &self.output_refs,
+            &self.parent_ids,
+            &self.trace_ids,
+            &self.call_ids,
+            &self.thread_ids,
+            &self.turn_ids,
+            &self.wb_user_ids,
+            &self.wb_run_ids,
+        ];
+        let n: usize = lists.iter().map(|l| l.as_ref().map_or(0, Vec::len)).sum();
+        if n > limits::MAX_FILTER_IDS {
+            return Err(ProtoError::invalid(format!(
+                "the filter lists {n} values: at most {} are accepted",
+                limits::MAX_FILTER_IDS
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The body of `/calls/stream_query` and `/calls/query_stats` (the latter ignores sorting,
 /// paging and projection).
 #[derive(Debug, Clone, Deserialize)]
@@ -138,6 +165,7 @@ pub struct CallsQueryReq {
     pub project_id: ProjectId,
     pub filter: Option<CallsFilter>,
     pub query: Option<crate::query::Query>,
+    #[serde(default, deserialize_with = "crate::query::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
@@ -733,6 +761,9 @@ impl CallsQueryReq {
     pub fn validate(self) -> Result<CallsQuery, ProtoError> {
         use crate::query::Direction;
         let expr = self.query.as_ref().map(|q| q.typed(&CallCatalog)).transpose()?;
+        if let Some(f) = &self.filter {
+            f.check()?;
+        }
         let mut sort = Vec::new();
         for s in self.sort_by.unwrap_or_default() {
             let (field, _) = CallCatalog.resolve(&s.field)?;

@@ -47,6 +47,7 @@ pub struct CostQueryReq {
     pub project_id: ProjectId,
     pub fields: Option<Vec<String>>,
     pub query: Option<Query>,
+    #[serde(default, deserialize_with = "crate::query::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,

@@ -23,6 +23,7 @@ use crate::calls::{
     derive_status, op_display_name,
 };
 use crate::ids::ProjectId;
+use crate::limits;
 use crate::query::{CmpOp, ConvertTo, Direction, Lit, TExpr, TOperand, ValueType, split_path};
 use crate::refs;
 
@@ -138,6 +139,20 @@ impl CallsQueryReq {
     /// Validates like [`CallsQueryReq::validate`] and decides how `expand_columns` is served.
     pub fn plan(mut self) -> Result<Planned, ProtoError> {
         let expand = self.expand_columns.take().unwrap_or_default();
+        if expand.len() > limits::MAX_EXPAND_COLUMNS {
+            return Err(ProtoError::invalid(format!(
+                "{} expand_columns: at most {} are accepted",
+                expand.len(),
+                limits::MAX_EXPAND_COLUMNS
+            )));
+        }
+        if let Some(c) = expand.iter().find(|c| c.split('.').count() > limits::MAX_PATH_SEGMENTS) {
+            let head: String = c.chars().take(64).collect();
+            return Err(ProtoError::invalid(format!(
+                "expand column {head:?}... has more than {} segments",
+                limits::MAX_PATH_SEGMENTS
+            )));
+        }
         let return_values = self.return_expanded_column_values.unwrap_or(true);
         let mut q = self.validate()?;
         let mut columns: Vec<Vec<String>> = expand

@@ -68,6 +68,7 @@ pub struct FeedbackQueryReq {
     pub project_id: ProjectId,
     pub fields: Option<Vec<String>>,
     pub query: Option<Query>,
+    #[serde(default, deserialize_with = "crate::query::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,

@@ -13,6 +13,7 @@ use serde_json::value::RawValue;
 use crate::ProtoError;
 use crate::digest::{is_valid_digest, row_digest, table_digest};
 use crate::ids::ProjectId;
+use crate::limits;
 use crate::query::{Direction, SortBy, split_path};
 
 #[derive(Debug, Deserialize)]
@@ -80,6 +81,7 @@ pub struct TableQueryReq {
     pub filter: Option<TableRowFilter>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
+    #[serde(default, deserialize_with = "crate::query::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
 }
 
@@ -136,6 +138,7 @@ pub fn check_row(v: Value, position: &str) -> Result<Row, ProtoError> {
 
 /// The rows of `/table/create`, validated, in order.
 pub fn check_rows(rows: Vec<Value>) -> Result<Vec<Row>, ProtoError> {
+    check_table_len(rows.len())?;
     rows.into_iter().enumerate().map(|(i, v)| check_row(v, &i.to_string())).collect()
 }
 
@@ -161,18 +164,26 @@ pub struct Updated {
     pub new_rows: Vec<Row>,
 }
 
-/// Applies `updates` in order to `base`. Indexes out of range (or negative) are a 400.
-pub fn apply_updates(
-    mut rows: Vec<String>,
-    updates: Vec<TableUpdate>,
-) -> Result<Updated, ProtoError> {
+/// Applies `updates` in order to `base`. Indexes out of range (or negative) are a 400; more
+/// than [`limits::MAX_TABLE_UPDATES`] edits, or a result longer than
+/// [`limits::MAX_TABLE_ROWS`], too. The list is a persistent vector, so an edit anywhere costs
+/// O(log n) rather than a shift of every row after it (index-0 inserts were quadratic).
+pub fn apply_updates(rows: Vec<String>, updates: Vec<TableUpdate>) -> Result<Updated, ProtoError> {
+    if updates.len() > limits::MAX_TABLE_UPDATES {
+        return Err(ProtoError::invalid(format!(
+            "{} updates in one request: at most {} are accepted",
+            updates.len(),
+            limits::MAX_TABLE_UPDATES
+        )));
+    }
+    let mut rows: imbl::Vector<String> = rows.into_iter().collect();
     let mut updated = Vec::with_capacity(updates.len());
     let mut new_rows = Vec::new();
     for (i, u) in updates.into_iter().enumerate() {
         match u {
             TableUpdate::Append { row } => {
                 let row = check_row(row, &format!("of update {i}"))?;
-                rows.push(row.digest.clone());
+                rows.push_back(row.digest.clone());
                 updated.push(row.digest.clone());
                 new_rows.push(row);
             }
@@ -189,8 +200,21 @@ pub fn apply_updates(
             }
         }
     }
+    let rows: Vec<String> = rows.into_iter().collect();
+    check_table_len(rows.len())?;
     let digest = table_digest(&rows);
     Ok(Updated { row_digests: rows, digest, updated_row_digests: updated, new_rows })
+}
+
+/// A table may hold at most [`limits::MAX_TABLE_ROWS`] rows.
+pub fn check_table_len(rows: usize) -> Result<(), ProtoError> {
+    if rows > limits::MAX_TABLE_ROWS {
+        return Err(ProtoError::invalid(format!(
+            "a table of {rows} rows: at most {} rows are accepted",
+            limits::MAX_TABLE_ROWS
+        )));
+    }
+    Ok(())
 }
 
 fn index_in(index: i64, bound: usize, update: usize, what: &str) -> Result<usize, ProtoError> {
@@ -204,6 +228,7 @@ fn index_in(index: i64, bound: usize, update: usize, what: &str) -> Result<usize
 
 /// Row digests of `/table/create_from_digests` must at least look like row digests (400).
 pub fn check_row_digests(digests: &[String]) -> Result<(), ProtoError> {
+    check_table_len(digests.len())?;
     match digests.iter().position(|d| !is_valid_digest(d)) {
         Some(i) => Err(ProtoError::invalid(format!(
             "row_digests[{i}] = {:?} is not a row digest",

@@ -12,7 +12,7 @@
 //!
 //! Memory is bounded by one page of rows plus, when sorting, the keys.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
 
 use bytes::Bytes;
@@ -20,6 +20,7 @@ use futures::{Stream, StreamExt};
 use heddle_api::ApiError;
 use heddle_proto::calls::{Call, CallsQuery};
 use heddle_proto::expand::{CallValues, ExpandPlan, KeyPart, by_ids, compare_keys, eval, sort_key};
+use heddle_proto::limits::{MAX_JSON_DEPTH, MAX_RESOLVED_BYTES, json_depth};
 use heddle_proto::refs::{self, ObjectRef, Ref};
 use heddle_store::{CallStream, Store};
 use serde_json::Value;
@@ -28,6 +29,8 @@ use crate::refs::Walker;
 
 /// Calls whose refs are resolved together.
 const PAGE: usize = 500;
+/// ... or fewer, when their JSON members add up to this many bytes.
+const PAGE_BYTES: usize = 16 << 20;
 /// Most calls an order through an expand column may sort (the keys stay in memory).
 pub const MAX_SORTED_CALLS: usize = 100_000;
 /// Most bytes of sort keys (strings) such an order may hold.
@@ -36,19 +39,88 @@ pub const MAX_SORT_KEY_BYTES: usize = 64 << 20;
 const FETCH_BY_ID: usize = 1000;
 
 /// Expands pages of calls: replaces the ref at each expand column, shallow columns first.
+///
+/// Each row gets its own copy of what a ref resolved to, so rows are expanded a slice at a
+/// time: as many as fit [`MAX_RESOLVED_BYTES`] of copies (a slice is halved until it fits), and
+/// the caller serialises or drops a slice before asking for the next. Expansion is idempotent
+/// (a replaced slot no longer holds a ref), so a slice that did not fit is simply retried.
 pub(crate) struct Expander {
     walker: Walker,
     plan: Arc<ExpandPlan>,
+    /// Rows read but not yet expanded.
+    pending: VecDeque<CallValues>,
+    /// Rows per slice: halved when a slice's copies do not fit, doubled back after one that did.
+    take: usize,
+}
+
+/// Why a slice could not be expanded.
+enum SliceError {
+    /// Its copies would exceed the budget: retry with fewer rows.
+    Oversized,
+    Api(ApiError),
+}
+
+impl From<ApiError> for SliceError {
+    fn from(e: ApiError) -> Self {
+        SliceError::Api(e)
+    }
 }
 
 impl Expander {
     pub(crate) fn new(store: Arc<dyn Store>, plan: Arc<ExpandPlan>) -> Expander {
-        Expander { walker: Walker::new(store), plan }
+        Expander { walker: Walker::new(store), plan, pending: VecDeque::new(), take: PAGE }
     }
 
-    pub(crate) async fn expand(&mut self, rows: &mut [CallValues]) -> Result<(), ApiError> {
+    /// Queues rows for [`Expander::next_slice`].
+    fn push(&mut self, rows: Vec<CallValues>) {
+        self.pending.extend(rows);
+    }
+
+    /// Reads the next page from `rows` when nothing is queued; false once both are empty.
+    async fn fill(
+        &mut self,
+        rows: &mut CallStream,
+        exhausted: &mut bool,
+    ) -> Result<bool, ApiError> {
+        if self.pending.is_empty() && !*exhausted {
+            let (page, last) = next_page(rows, PAGE).await?;
+            *exhausted = last;
+            self.push(page);
+        }
+        Ok(!self.pending.is_empty())
+    }
+
+    /// The next queued rows, expanded; empty when nothing is queued.
+    async fn next_slice(&mut self) -> Result<Vec<CallValues>, ApiError> {
+        loop {
+            let n = self.take.min(self.pending.len());
+            let mut slice: Vec<CallValues> = self.pending.drain(..n).collect();
+            match self.expand(&mut slice).await {
+                Ok(()) => {
+                    self.take = (self.take * 2).min(PAGE);
+                    return Ok(slice);
+                }
+                Err(SliceError::Oversized) if n > 1 => {
+                    for row in slice.into_iter().rev() {
+                        self.pending.push_front(row);
+                    }
+                    self.take = n / 2;
+                }
+                Err(SliceError::Oversized) => {
+                    return Err(ApiError::TooLarge(format!(
+                        "expanding one call would copy more than {MAX_RESOLVED_BYTES} bytes of \
+                         referenced values: ask for fewer expand_columns"
+                    )));
+                }
+                Err(SliceError::Api(e)) => return Err(e),
+            }
+        }
+    }
+
+    async fn expand(&mut self, rows: &mut [CallValues]) -> Result<(), SliceError> {
         self.walker.trim();
         let plan = self.plan.clone();
+        let mut copied = 0usize;
         let mut depth_start = 0;
         while depth_start < plan.columns.len() {
             let depth = plan.columns[depth_start].len();
@@ -80,18 +152,40 @@ impl Expander {
             }
             let roots: Vec<&ObjectRef> = unique.values().flatten().collect();
             self.walker.prefetch_rows(&plan.project, &roots).await?;
-            let mut resolved: HashMap<String, Value> = HashMap::new();
+            // Resolved once per page; each row gets its own copy, so the copies are counted
+            // against MAX_RESOLVED_BYTES (a large object expanded into every row of a page).
+            let mut resolved: HashMap<String, (Arc<Value>, usize)> = HashMap::new();
             for (uri, root) in unique {
                 if let Some(root) = root
                     && let Some(val) = self.walker.resolve(root).await?
                     && !val.is_null()
                 {
-                    resolved.insert(uri, val);
+                    let size = json_len(&val);
+                    resolved.insert(uri, (val, size));
                 }
             }
+            // Counted before anything of this group is replaced, so a slice that does not fit
+            // is left as it was for the retry.
+            copied += targets
+                .iter()
+                .filter_map(|(_, _, uri)| resolved.get(uri))
+                .map(|r| r.1)
+                .sum::<usize>();
+            if copied > MAX_RESOLVED_BYTES {
+                return Err(SliceError::Oversized);
+            }
             for (i, j, uri) in targets {
-                if let Some(val) = resolved.get(&uri) {
-                    rows[i].replace(&group[j], val.clone());
+                if let Some((val, _)) = resolved.get(&uri) {
+                    let col = &group[j];
+                    // The slot is col.len() - 1 levels below its member; the value nests below.
+                    if col.len() - 1 + json_depth(val, MAX_JSON_DEPTH) > MAX_JSON_DEPTH {
+                        return Err(SliceError::Api(ApiError::bad_request(format!(
+                            "expanding {} would nest the call deeper than {MAX_JSON_DEPTH} \
+                             levels",
+                            col.join(".")
+                        ))));
+                    }
+                    rows[i].replace(col, Value::clone(val));
                 }
             }
         }
@@ -104,16 +198,41 @@ impl Expander {
     }
 }
 
-/// The next page of calls from the store, as parsed rows; empty at the end.
-async fn next_page(rows: &mut CallStream, n: usize) -> Result<Vec<CallValues>, ApiError> {
+/// The next page of calls from the store, as parsed rows: at most `n` rows and about
+/// [`PAGE_BYTES`] of their JSON. The flag says whether the store has no more rows.
+async fn next_page(rows: &mut CallStream, n: usize) -> Result<(Vec<CallValues>, bool), ApiError> {
     let mut page = Vec::with_capacity(n.min(PAGE));
-    while page.len() < n {
+    let mut bytes = 0;
+    while page.len() < n && bytes < PAGE_BYTES {
         match rows.next().await {
-            Some(call) => page.push(CallValues::new(call?)),
-            None => break,
+            Some(call) => {
+                let call = call?;
+                bytes += call.inputs.get().len()
+                    + call.attributes.get().len()
+                    + call.output.as_ref().map_or(0, |o| o.get().len());
+                page.push(CallValues::new(call));
+            }
+            None => return Ok((page, true)),
         }
     }
-    Ok(page)
+    Ok((page, false))
+}
+
+/// The length of a value as JSON text, without building the text.
+fn json_len(v: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, b: &[u8]) -> std::io::Result<usize> {
+            self.0 += b.len();
+            Ok(b.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    serde_json::to_writer(&mut count, v).expect("JSON values serialise");
+    count.0
 }
 
 fn jsonl(calls: impl IntoIterator<Item = Call>) -> Result<Bytes, ApiError> {
@@ -132,6 +251,7 @@ pub(crate) type Chunks = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, ApiEr
 
 struct Scan {
     rows: CallStream,
+    exhausted: bool,
     expander: Expander,
     /// Rows still to skip and to send, when paging happens here.
     skip: u64,
@@ -151,6 +271,7 @@ pub(crate) async fn stream(
     let rows = store.query_calls(candidates).await?;
     let scan = Scan {
         rows,
+        exhausted: false,
         expander: Expander::new(store, plan.clone()),
         skip,
         left,
@@ -163,13 +284,13 @@ pub(crate) async fn stream(
                 return None;
             }
             let out = async {
-                let mut page = next_page(&mut s.rows, PAGE).await?;
-                if page.len() < PAGE {
+                if !s.expander.fill(&mut s.rows, &mut s.exhausted).await? {
                     s.done = true;
+                    return Ok(Bytes::new());
                 }
-                s.expander.expand(&mut page).await?;
-                let mut keep = Vec::with_capacity(page.len());
-                for row in page {
+                let slice = s.expander.next_slice().await?;
+                let mut keep = Vec::with_capacity(slice.len());
+                for row in slice {
                     if !s.expander.matches(&row) {
                         continue;
                     }
@@ -225,11 +346,10 @@ pub(crate) async fn sorted(
     let mut rows = store.query_calls(candidates).await?;
     let mut keyed: Vec<(Vec<KeyPart>, String)> = Vec::new();
     let mut key_bytes = 0usize;
-    loop {
-        let mut page = next_page(&mut rows, PAGE).await?;
-        let last = page.len() < PAGE;
-        expander.expand(&mut page).await?;
-        for row in page.iter().filter(|r| expander.matches(r)) {
+    let mut exhausted = false;
+    while expander.fill(&mut rows, &mut exhausted).await? {
+        let slice = expander.next_slice().await?;
+        for row in slice.iter().filter(|r| expander.matches(r)) {
             let key = sort_key(&sort, row);
             key_bytes += key.iter().map(KeyPart::heap_size).sum::<usize>() + row.call.id.len();
             keyed.push((key, row.call.id.clone()));
@@ -240,9 +360,6 @@ pub(crate) async fn sorted(
                     MAX_SORT_KEY_BYTES >> 20
                 )));
             }
-        }
-        if last {
-            break;
         }
     }
     drop(rows);
@@ -261,30 +378,34 @@ pub(crate) async fn sorted(
         let store = store.clone();
         let plan = plan.clone();
         async move {
-            let ids = batches.next()?;
             let out = async {
-                let q = by_ids(&plan.project, ids.clone(), plan.user_columns);
-                let mut rows = store.query_calls(q).await?;
-                let mut by_id: HashMap<String, CallValues> = HashMap::new();
-                loop {
-                    let page = next_page(&mut rows, FETCH_BY_ID).await?;
-                    let last = page.len() < FETCH_BY_ID;
-                    by_id.extend(page.into_iter().map(|r| (r.call.id.clone(), r)));
-                    if last {
-                        break;
+                if ex.pending.is_empty() {
+                    let Some(ids) = batches.next() else { return Ok(None) };
+                    let q = by_ids(&plan.project, ids.clone(), plan.user_columns);
+                    let mut rows = store.query_calls(q).await?;
+                    let mut by_id: HashMap<String, CallValues> = HashMap::new();
+                    loop {
+                        let (page, last) = next_page(&mut rows, FETCH_BY_ID).await?;
+                        by_id.extend(page.into_iter().map(|r| (r.call.id.clone(), r)));
+                        if last {
+                            break;
+                        }
                     }
+                    // In sorted order; a call deleted since the first pass is left out.
+                    ex.push(ids.iter().filter_map(|id| by_id.remove(id)).collect());
                 }
-                // In sorted order; a call deleted since the first pass is left out.
-                let mut page: Vec<CallValues> =
-                    ids.iter().filter_map(|id| by_id.remove(id)).collect();
-                if plan.return_values {
-                    ex.expand(&mut page).await?;
-                }
-                jsonl(page.into_iter().map(|r| r.into_call(plan.return_values)))
+                let slice = if plan.return_values {
+                    ex.next_slice().await?
+                } else {
+                    ex.pending.drain(..).collect()
+                };
+                jsonl(slice.into_iter().map(|r| r.into_call(plan.return_values))).map(Some)
             }
-            .await;
+            .await
+            .transpose()?;
             if out.is_err() {
                 batches = Vec::new().into_iter();
+                ex.pending.clear();
             }
             Some((out, (batches, ex)))
         }
@@ -302,25 +423,18 @@ pub(crate) async fn count(
     let mut expander = Expander::new(store.clone(), Arc::new(plan));
     let mut rows = store.query_calls(candidates).await?;
     let mut n = 0u64;
-    loop {
-        if limit.is_some_and(|l| n >= l) {
-            return Ok(n);
-        }
-        let mut page = next_page(&mut rows, PAGE).await?;
-        let last = page.len() < PAGE;
-        expander.expand(&mut page).await?;
-        for row in &page {
-            if expander.matches(row) {
+    let mut exhausted = false;
+    while limit.is_none_or(|l| n < l) && expander.fill(&mut rows, &mut exhausted).await? {
+        for row in expander.next_slice().await? {
+            if expander.matches(&row) {
                 n += 1;
                 if limit.is_some_and(|l| n >= l) {
                     return Ok(n);
                 }
             }
         }
-        if last {
-            return Ok(n);
-        }
     }
+    Ok(n)
 }
 
 #[cfg(test)]

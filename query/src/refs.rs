@@ -12,13 +12,16 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::ProjectId;
+use heddle_proto::limits::MAX_RESOLVED_BYTES;
 use heddle_proto::objects::VersionSel;
 use heddle_proto::refs::{self, Edge, MAX_REFS_PER_BATCH, ObjectRef, Ref, RefsReadBatchReq};
 use heddle_store::{Store, StoreError};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new().route("/refs/read_batch", post(read_batch))
@@ -32,7 +35,7 @@ async fn read_batch(
     State(state): State<Arc<AppState>>,
     who: Principal,
     Json(req): Json<RefsReadBatchReq>,
-) -> Result<axum::Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     if req.refs.len() > MAX_REFS_PER_BATCH {
         return Err(ApiError::bad_request(format!(
             "too many refs: {} (at most {MAX_REFS_PER_BATCH} per request)",
@@ -53,16 +56,86 @@ async fn read_batch(
         })
         .collect::<Result<Vec<ObjectRef>, ApiError>>()?;
     let mut walker = Walker::new(state.store.clone());
-    let mut vals = Vec::with_capacity(roots.len());
-    for root in roots {
-        let val = if who.may_use_entity(root.project.entity()) {
-            walker.resolve(root).await?
-        } else {
-            None
+    // Each distinct ref is resolved once; the answer is written as it is built, within
+    // MAX_RESOLVED_BYTES, so a thousand refs to one large object never hold a thousand copies.
+    let mut seen: HashMap<&str, Option<Arc<Value>>> = HashMap::new();
+    let mut body = ResolvedWriter::new(b"{\"vals\":[");
+    for (i, (root, uri)) in roots.into_iter().zip(&req.refs).enumerate() {
+        let val = match seen.get(uri.as_str()) {
+            Some(v) => v.clone(),
+            None if who.may_use_entity(root.project.entity()) => walker.resolve(root).await?,
+            None => None,
         };
-        vals.push(val.unwrap_or(Value::Null));
+        if i > 0 {
+            body.raw(b",")?;
+        }
+        body.value(val.as_deref().unwrap_or(&Value::Null))?;
+        seen.insert(uri, val);
+        walker.trim();
     }
-    Ok(axum::Json(json!({ "vals": vals })))
+    body.raw(b"]}")?;
+    Ok(([(CONTENT_TYPE, "application/json")], body.finish()).into_response())
+}
+
+/// A JSON answer built from resolved values, refused once it grows past
+/// [`MAX_RESOLVED_BYTES`].
+pub(crate) struct ResolvedWriter {
+    buf: Vec<u8>,
+}
+
+impl ResolvedWriter {
+    pub(crate) fn new(head: &[u8]) -> ResolvedWriter {
+        ResolvedWriter { buf: head.to_vec() }
+    }
+
+    pub(crate) fn raw(&mut self, bytes: &[u8]) -> Result<(), ApiError> {
+        self.buf.extend_from_slice(bytes);
+        self.check()
+    }
+
+    pub(crate) fn value(&mut self, v: &Value) -> Result<(), ApiError> {
+        let mut limited = Limited { inner: &mut self.buf, limit: MAX_RESOLVED_BYTES };
+        match serde_json::to_writer(&mut limited, v) {
+            Err(e) if e.is_io() => Err(too_large()),
+            Err(e) => Err(ApiError::Internal(format!("serialising a resolved value: {e}"))),
+            Ok(()) => Ok(()),
+        }
+    }
+
+    fn check(&self) -> Result<(), ApiError> {
+        if self.buf.len() > MAX_RESOLVED_BYTES { Err(too_large()) } else { Ok(()) }
+    }
+
+    pub(crate) fn finish(self) -> Vec<u8> {
+        self.buf
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::TooLarge(format!(
+        "the resolved values are larger than {MAX_RESOLVED_BYTES} bytes: read fewer refs per \
+         request"
+    ))
+}
+
+/// A writer that fails once its buffer would exceed `limit`.
+struct Limited<'a> {
+    inner: &'a mut Vec<u8>,
+    limit: usize,
+}
+
+impl std::io::Write for Limited<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.inner.len() + data.len() > self.limit {
+            return Err(std::io::Error::other("answer too large"));
+        }
+        self.inner.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// Cache bounds of one request's [`Walker`]: past these it forgets what it read (a long
@@ -75,9 +148,9 @@ const MAX_CACHED_ROWS: usize = 50_000;
 /// dataset row refs reads the dataset and its row list once).
 pub(crate) struct Walker {
     store: Arc<dyn Store>,
-    objects: HashMap<(ProjectId, String, String), Option<Value>>,
+    objects: HashMap<(ProjectId, String, String), Option<Arc<Value>>>,
     tables: HashMap<(ProjectId, String), Option<HashSet<String>>>,
-    rows: HashMap<(ProjectId, String), Option<Value>>,
+    rows: HashMap<(ProjectId, String), Option<Arc<Value>>>,
 }
 
 impl Walker {
@@ -125,9 +198,7 @@ impl Walker {
         let mut found = self.store.read_rows(project, &wanted, true).await?;
         for row in wanted {
             let val = match found.remove(&row).and_then(|r| r.val) {
-                Some(raw) => Some(serde_json::from_str(raw.get()).map_err(|e| {
-                    ApiError::Internal(format!("stored row {row} is not JSON: {e}"))
-                })?),
+                Some(raw) => Some(parse_row(&row, raw.get())?),
                 None => None,
             };
             self.rows.insert((project.clone(), row), val);
@@ -135,17 +206,24 @@ impl Walker {
         Ok(())
     }
 
-    /// The value `root` points at, or `None` when it does not resolve.
-    pub(crate) async fn resolve(&mut self, root: ObjectRef) -> Result<Option<Value>, ApiError> {
+    /// The value `root` points at, or `None` when it does not resolve. A whole object is
+    /// shared with the cache, not copied; a part of one is copied once.
+    pub(crate) async fn resolve(
+        &mut self,
+        root: ObjectRef,
+    ) -> Result<Option<Arc<Value>>, ApiError> {
         let scope = root.project.clone();
-        let Some(mut val) = self.object(&scope, &root.name, &root.version).await? else {
+        let Some(mut base) = self.object(&scope, &root.name, &root.version).await? else {
             return Ok(None);
         };
+        // Where the walk is: `path` below `base`.
+        let mut path: Vec<Edge> = Vec::new();
         let mut extra: VecDeque<Edge> = root.extra.into();
         let mut hops = 0;
         while let Some(edge) = extra.pop_front() {
+            let Some(here) = walk(&base, &path) else { return Ok(None) };
             // An embedded ref with extras still to walk: continue inside what it points at.
-            if let Value::String(s) = &val
+            if let Value::String(s) = here
                 && refs::is_ref(s)
             {
                 hops += 1;
@@ -158,7 +236,8 @@ impl Walker {
                         let Some(v) = self.object(&scope, &o.name, &o.version).await? else {
                             return Ok(None);
                         };
-                        val = v;
+                        base = v;
+                        path.clear();
                         extra.push_front(edge);
                         for e in o.extra.into_iter().rev() {
                             extra.push_front(e);
@@ -169,25 +248,19 @@ impl Walker {
                         let Some(v) = self.row(&scope, &t.digest, &row).await? else {
                             return Ok(None);
                         };
-                        val = v;
+                        base = v;
+                        path.clear();
                     }
                     Ref::Other { .. } => return Ok(None),
                 }
                 continue;
             }
-            val = match (edge, val) {
-                (Edge::Key(k), Value::Object(mut m)) => match m.remove(&k) {
-                    Some(v) => v,
-                    None => return Ok(None),
-                },
-                (Edge::Index(i), Value::Array(mut a)) => match usize::try_from(i) {
-                    Ok(i) if i < a.len() => a.swap_remove(i),
-                    _ => return Ok(None),
-                },
-                _ => return Ok(None),
-            };
+            path.push(edge);
         }
-        Ok(Some(val))
+        if path.is_empty() {
+            return Ok(Some(base));
+        }
+        Ok(walk(&base, &path).map(|v| Arc::new(v.clone())))
     }
 
     /// An object version's value; `None` when unknown or deleted.
@@ -196,17 +269,17 @@ impl Walker {
         project: &ProjectId,
         name: &str,
         version: &VersionSel,
-    ) -> Result<Option<Value>, ApiError> {
+    ) -> Result<Option<Arc<Value>>, ApiError> {
         let key = (project.clone(), name.to_owned(), format!("{version:?}"));
         if let Some(v) = self.objects.get(&key) {
             return Ok(v.clone());
         }
         let val = match self.store.read_object(project, name, version, false).await {
             Ok(obj) => match obj.val {
-                Some(raw) => Some(serde_json::from_str(raw.get()).map_err(|e| {
+                Some(raw) => Some(Arc::new(serde_json::from_str(raw.get()).map_err(|e| {
                     ApiError::Internal(format!("stored value of {name} is not JSON: {e}"))
-                })?),
-                None => Some(Value::Null),
+                })?)),
+                None => Some(Arc::new(Value::Null)),
             },
             Err(StoreError::NotFound(_) | StoreError::Deleted { .. }) => None,
             Err(e) => return Err(e.into()),
@@ -221,7 +294,7 @@ impl Walker {
         project: &ProjectId,
         table: &str,
         row: &str,
-    ) -> Result<Option<Value>, ApiError> {
+    ) -> Result<Option<Arc<Value>>, ApiError> {
         let key = (project.clone(), table.to_owned());
         if !self.tables.contains_key(&key) {
             let list = self.store.table_slice(project, table, 0, None).await?;
@@ -235,14 +308,26 @@ impl Walker {
             return Ok(v.clone());
         }
         let mut found = self.store.read_rows(project, &[row.to_owned()], true).await?;
-        let val =
-            match found.remove(row).and_then(|r| r.val) {
-                Some(raw) => Some(serde_json::from_str(raw.get()).map_err(|e| {
-                    ApiError::Internal(format!("stored row {row} is not JSON: {e}"))
-                })?),
-                None => None,
-            };
+        let val = match found.remove(row).and_then(|r| r.val) {
+            Some(raw) => Some(parse_row(row, raw.get())?),
+            None => None,
+        };
         self.rows.insert(key, val.clone());
         Ok(val)
     }
+}
+
+fn parse_row(digest: &str, raw: &str) -> Result<Arc<Value>, ApiError> {
+    serde_json::from_str(raw)
+        .map(Arc::new)
+        .map_err(|e| ApiError::Internal(format!("stored row {digest} is not JSON: {e}")))
+}
+
+/// The value at `path` below `base` (dict keys and list indexes only).
+fn walk<'a>(base: &'a Value, path: &[Edge]) -> Option<&'a Value> {
+    path.iter().try_fold(base, |v, edge| match (edge, v) {
+        (Edge::Key(k), Value::Object(m)) => m.get(k),
+        (Edge::Index(i), Value::Array(a)) => usize::try_from(*i).ok().and_then(|i| a.get(i)),
+        _ => None,
+    })
 }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
-use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_api::{ApiError, AppState, Json, Principal, blocking};
 use heddle_proto::ProjectId;
 use heddle_proto::digest::table_digest;
 use heddle_proto::tables::{
@@ -56,7 +56,7 @@ async fn create(
 ) -> Result<axum::Json<TableCreateRes>, ApiError> {
     let t = req.table;
     who.check(&t.project_id)?;
-    let rows = check_rows(t.rows)?;
+    let rows = blocking(move || check_rows(t.rows)).await?;
     let row_digests: Vec<String> = rows.iter().map(|r| r.digest.clone()).collect();
     let digest = table_digest(&row_digests);
     check_expected(t.expected_digest, &digest)?;
@@ -79,7 +79,7 @@ async fn update(
 ) -> Result<axum::Json<TableUpdateRes>, ApiError> {
     who.check(&req.project_id)?;
     let base = row_list(&*state.store, &req.project_id, &req.base_digest).await?;
-    let out = apply_updates(base.row_digests, req.updates)?;
+    let out = blocking(move || apply_updates(base.row_digests, req.updates)).await?;
     state
         .store
         .create_table(NewTable {

@@ -23,6 +23,7 @@ pub struct ObjectVersionFilter {
 pub struct ObjQueryReq {
     pub project_id: ProjectId,
     pub filter: Option<ObjectVersionFilter>,
+    #[serde(default, deserialize_with = "crate::query::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,

@@ -6,14 +6,15 @@
 use serde_json::Value;
 
 use crate::ProtoError;
+use crate::limits;
 
 mod typed;
 pub use typed::{Catalog, Lit, TExpr, TOperand, ValueType};
 
-/// Nesting depth limit: hostile input must not overflow the stack of the parser or the compiler.
-pub const MAX_DEPTH: usize = 64;
-/// Upper bound on the number of nodes in one query, so a query cannot blow up SQL size.
-pub const MAX_NODES: usize = 10_000;
+/// Bounds of one query (`crate::limits`): nesting, and terms (every operator and operand
+/// counts once), so a query cannot blow up the SQL or the number of bound parameters.
+pub const MAX_DEPTH: usize = limits::MAX_QUERY_DEPTH;
+pub const MAX_NODES: usize = limits::MAX_QUERY_TERMS;
 
 #[derive(Debug, Clone, PartialEq)]
 pub enum Expr {
@@ -84,6 +85,7 @@ impl<'de> serde::Deserialize<'de> for SortBy {
             direction: Option<String>,
         }
         let raw = Raw::deserialize(d)?;
+        check_field_name(&raw.field).map_err(serde::de::Error::custom)?;
         let direction = match raw.direction.as_deref().map(str::to_ascii_lowercase).as_deref() {
             None | Some("asc") => Direction::Asc,
             Some("desc") => Direction::Desc,
@@ -255,9 +257,15 @@ impl Parser {
         let (op, args) = Self::single_key(v, "an operand")?;
         let d = depth + 1;
         Ok(match op {
-            "$literal" => Operand::Literal(args.clone()),
+            "$literal" => {
+                check_literal(args)?;
+                Operand::Literal(args.clone())
+            }
             "$getField" => match args {
-                Value::String(s) if !s.is_empty() => Operand::Field(s.clone()),
+                Value::String(s) => {
+                    check_field_name(s)?;
+                    Operand::Field(s.clone())
+                }
                 _ => return Err(invalid("$getField takes a non-empty string")),
             },
             "$convert" => {
@@ -280,6 +288,65 @@ impl Parser {
             _ => Operand::Expr(Box::new(self.expr(v, depth)?)),
         })
     }
+}
+
+/// A field name of `$getField` or `sort_by`: non-empty, printable (no NUL or other control
+/// characters, which no stored key uses and some engines cannot bind), within
+/// [`limits::MAX_QUERY_STRING_BYTES`] and [`limits::MAX_PATH_SEGMENTS`].
+pub fn check_field_name(name: &str) -> Result<(), ProtoError> {
+    if name.is_empty() {
+        return Err(invalid("field names must not be empty"));
+    }
+    if name.chars().any(char::is_control) {
+        return Err(invalid(format!("field name {name:?} contains control characters")));
+    }
+    if name.len() > limits::MAX_QUERY_STRING_BYTES {
+        return Err(invalid(format!(
+            "a field name of {} bytes is longer than {}",
+            name.len(),
+            limits::MAX_QUERY_STRING_BYTES
+        )));
+    }
+    if name.split('.').count() > limits::MAX_PATH_SEGMENTS {
+        return Err(invalid(format!(
+            "field name has more than {} dot-separated segments",
+            limits::MAX_PATH_SEGMENTS
+        )));
+    }
+    Ok(())
+}
+
+/// A `$literal` within [`limits::MAX_QUERY_STRING_BYTES`] (strings) and
+/// [`limits::MAX_QUERY_TERMS`] elements (lists).
+fn check_literal(v: &Value) -> Result<(), ProtoError> {
+    match v {
+        Value::String(s) if s.len() > limits::MAX_QUERY_STRING_BYTES => Err(invalid(format!(
+            "a literal of {} bytes is longer than {}",
+            s.len(),
+            limits::MAX_QUERY_STRING_BYTES
+        ))),
+        Value::Array(_) | Value::Object(_)
+            if limits::json_depth(v, 1) > 1
+                || v.as_array().is_some_and(|a| a.len() > limits::MAX_QUERY_TERMS) =>
+        {
+            Err(invalid("literals are scalars or flat lists of scalars"))
+        }
+        Value::Array(items) => items.iter().try_for_each(check_literal),
+        _ => Ok(()),
+    }
+}
+
+/// A `sort_by` list: at most [`limits::MAX_SORT_TERMS`] entries. Every request's `sort_by`
+/// member reads through this (`#[serde(deserialize_with)]`).
+pub fn sort_list<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<SortBy>>, D::Error> {
+    let list: Option<Vec<SortBy>> = serde::Deserialize::deserialize(d)?;
+    if list.as_ref().is_some_and(|l| l.len() > limits::MAX_SORT_TERMS) {
+        return Err(serde::de::Error::custom(format!(
+            "sort_by has more than {} entries",
+            limits::MAX_SORT_TERMS
+        )));
+    }
+    Ok(list)
 }
 
 /// A `$getField` path split into segments: dots separate segments, `\.` is a literal dot.

@@ -1,0 +1,88 @@
+//! The decode budget: how many bytes of request bodies the server decompresses and parses at
+//! once. Parsing turns a body into structures a few times its size (up to ~15× for JSON made of
+//! empty arrays), so requests are admitted against a shared budget and wait for room, briefly;
+//! when none frees up they get 503 with `Retry-After` instead of growing the heap. The bound
+//! this gives (`docs/limits.md`): memory for decoding stays within the budget, whatever the
+//! number of connections.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::ApiError;
+
+/// What decoding a body costs, as a multiple of its decoded size (typical JSON and protobuf
+/// decode into 2–4× their bytes).
+const DECODE_FACTOR: usize = 4;
+/// How long a request waits for room before it is turned away with 503.
+const ADMIT_WAIT: Duration = Duration::from_secs(5);
+/// Permits are counted in KiB, so the budget fits a semaphore's counter.
+const UNIT: usize = 1024;
+
+pub struct DecodeBudget {
+    permits: Arc<Semaphore>,
+    total_units: u32,
+}
+
+/// Room in the budget, given back when dropped.
+pub struct Admitted(OwnedSemaphorePermit);
+
+impl DecodeBudget {
+    /// A budget of `bytes` (at least one largest body's worth, so every request can run alone).
+    pub fn new(bytes: usize) -> DecodeBudget {
+        let units = (bytes / UNIT).clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
+        DecodeBudget { permits: Arc::new(Semaphore::new(units)), total_units: units as u32 }
+    }
+
+    /// Waits for room to decode `decoded` bytes of body. A gzip body is admitted twice: for
+    /// its compressed size before it is inflated (inflating stops at the body limit), then for
+    /// what it inflated to before it is parsed; the permits add up in one [`Admitted`].
+    pub async fn admit(
+        &self,
+        decoded: usize,
+        held: Option<Admitted>,
+    ) -> Result<Admitted, ApiError> {
+        let units = (decoded.saturating_mul(DECODE_FACTOR) / UNIT).max(1);
+        let held_units = held.as_ref().map_or(0, |a| a.0.num_permits());
+        let units = units.saturating_sub(held_units).clamp(1, self.total_units as usize);
+        let available_alone = self.total_units as usize - held_units;
+        let units = units.min(available_alone.max(1)) as u32;
+        let wait = self.permits.clone().acquire_many_owned(units);
+        match tokio::time::timeout(ADMIT_WAIT, wait).await {
+            Ok(Ok(mut permit)) => {
+                if let Some(Admitted(held)) = held {
+                    permit.merge(held);
+                }
+                Ok(Admitted(permit))
+            }
+            _ => Err(ApiError::Overloaded(
+                "the server is decoding as many request bodies as it has memory for; retry later"
+                    .into(),
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn requests_wait_for_room_then_are_turned_away() {
+        let budget = DecodeBudget::new(8 * 1024 * 1024);
+        // 2 MiB × 4 fills the whole budget.
+        let first = budget.admit(2 * 1024 * 1024, None).await.unwrap();
+        tokio::time::pause();
+        let second = budget.admit(1024, None).await;
+        assert!(matches!(second, Err(ApiError::Overloaded(_))));
+        drop(first);
+        // Admitted in two steps (gzip): the second only tops up.
+        let small = budget.admit(1024 * 1024, None).await.unwrap();
+        let grown = budget.admit(2 * 1024 * 1024, Some(small)).await.unwrap();
+        assert_eq!(grown.0.num_permits(), 8 * 1024);
+        drop(grown);
+        // A body bigger than the whole budget still runs alone.
+        assert!(budget.admit(usize::MAX / 8, None).await.is_ok());
+    }
+}
