@@ -152,3 +152,39 @@ impl IntoResponse for ApiError {
         resp
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    async fn answer(e: ApiError) -> (StatusCode, serde_json::Value) {
+        let resp = e.into_response();
+        let status = resp.status();
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        (status, serde_json::from_slice(&bytes).unwrap())
+    }
+
+    #[tokio::test]
+    async fn internal_details_never_reach_the_client() {
+        let detail = format!("no such column: secret in SELECT {}", "x".repeat(2_000_000));
+        let (status, body) = answer(ApiError::from(StoreError::Backend(detail.clone()))).await;
+        assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(body["reason"], "internal error");
+        assert_eq!(body["request_id"].as_str().unwrap().len(), 32);
+        assert_eq!(body.as_object().unwrap().len(), 2);
+        let (status, body) =
+            answer(ApiError::from(StoreError::Rejected("Code: 27. DB::Exception".into()))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(!body["reason"].as_str().unwrap().contains("DB::Exception"), "{body}");
+        let grpc = ApiError::Internal(detail).grpc_status();
+        assert!(grpc.message().starts_with("internal error (request_id "), "{}", grpc.message());
+    }
+
+    #[test]
+    fn logged_text_is_truncated_on_a_character_boundary() {
+        let text = "é".repeat(5000);
+        let cut = truncated(&text, 2049);
+        assert!(cut.starts_with(&"é".repeat(1024)) && cut.ends_with("(7952 bytes more)"), "{cut}");
+        assert_eq!(truncated("short", 10), "short");
+    }
+}

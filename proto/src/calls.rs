@@ -226,7 +226,7 @@ pub struct CallPart {
 impl CallPart {
     /// Checks what a part built outside the HTTP parser (OTLP conversion, a Kafka record) could
     /// get wrong: ids, and JSON members that must read back (well formed, at most
-    /// [`limits::MAX_JSON_DEPTH`] deep).
+    /// [`limits::MAX_MEMBER_DEPTH`] deep).
     pub fn check(&self) -> Result<(), ProtoError> {
         check_id("call id", &self.id)?;
         check_opt_id("trace id", &self.trace_id)?;

@@ -12,6 +12,10 @@ use crate::ProtoError;
 /// accepts when it parses (its limit of 128 counts the level it refuses), so every stored value
 /// reads back; far below what recursion on a thread's stack can take.
 pub const MAX_JSON_DEPTH: usize = 127;
+/// Deepest nesting of one stored member (a call's inputs, output, attributes, summary or
+/// otel_dump; an object's value): the deepest a request body can carry one (the shallowest
+/// body puts it three levels down), so every answer that wraps it still parses.
+pub const MAX_MEMBER_DEPTH: usize = MAX_JSON_DEPTH - 3;
 
 /// OTLP: spans in one export request (the OpenTelemetry SDKs send at most 512 by default).
 pub const MAX_SPANS_PER_REQUEST: usize = 50_000;
@@ -51,13 +55,14 @@ pub const MAX_TABLE_UPDATES: usize = 100_000;
 /// Rows of one table (a dataset version).
 pub const MAX_TABLE_ROWS: usize = 1_000_000;
 
-/// Checks that `text` is JSON that reads back: well formed and at most [`MAX_JSON_DEPTH`] deep.
+/// Checks that `text` is a member that reads back: well-formed JSON at most
+/// [`MAX_MEMBER_DEPTH`] deep.
 /// Walks the text without building a value (serde's skipping parser does not limit depth, so
 /// depth is counted separately), in two passes and no allocation.
 pub fn check_json_text(what: &str, text: &str) -> Result<(), ProtoError> {
-    if text_depth(text, MAX_JSON_DEPTH) > MAX_JSON_DEPTH {
+    if text_depth(text, MAX_MEMBER_DEPTH) > MAX_MEMBER_DEPTH {
         return Err(ProtoError::invalid(format!(
-            "{what} nests deeper than {MAX_JSON_DEPTH} levels"
+            "{what} nests deeper than {MAX_MEMBER_DEPTH} levels"
         )));
     }
     serde_json::from_str::<IgnoredAny>(text)
@@ -116,11 +121,11 @@ pub fn json_depth(v: &Value, stop_at: usize) -> usize {
     deepest
 }
 
-/// Fails with a clear reason when `v` nests deeper than [`MAX_JSON_DEPTH`].
+/// Fails with a clear reason when member `v` nests deeper than [`MAX_MEMBER_DEPTH`].
 pub fn check_depth(what: &str, v: &Value) -> Result<(), ProtoError> {
-    if json_depth(v, MAX_JSON_DEPTH) > MAX_JSON_DEPTH {
+    if json_depth(v, MAX_MEMBER_DEPTH) > MAX_MEMBER_DEPTH {
         return Err(ProtoError::invalid(format!(
-            "{what} nests deeper than {MAX_JSON_DEPTH} levels"
+            "{what} nests deeper than {MAX_MEMBER_DEPTH} levels"
         )));
     }
     Ok(())
@@ -151,9 +156,10 @@ mod tests {
 
     #[test]
     fn text_depth_limit_is_the_parsers() {
-        assert!(check_json_text("inputs", &nested(MAX_JSON_DEPTH)).is_ok());
-        let err = check_json_text("inputs", &nested(MAX_JSON_DEPTH + 1)).unwrap_err();
-        assert!(err.to_string().contains("deeper than 127"), "{err}");
+        assert!(check_json_text("inputs", &nested(MAX_MEMBER_DEPTH)).is_ok());
+        let err = check_json_text("inputs", &nested(MAX_MEMBER_DEPTH + 1)).unwrap_err();
+        assert!(err.to_string().contains("deeper than 124"), "{err}");
+        // The parser's own limit, which members stay three levels under.
         assert!(serde_json::from_str::<Value>(&nested(MAX_JSON_DEPTH + 1)).is_err());
         // Brackets inside strings do not count.
         let quoted = format!("[{:?}]", "[".repeat(500) + "\\\"{");
@@ -173,7 +179,7 @@ mod tests {
         for _ in 0..200_000 {
             deep = Value::Array(vec![deep]);
         }
-        assert_eq!(json_depth(&deep, MAX_JSON_DEPTH), MAX_JSON_DEPTH + 1);
+        assert_eq!(json_depth(&deep, MAX_MEMBER_DEPTH), MAX_MEMBER_DEPTH + 1);
         assert!(check_depth("v", &deep).is_err());
         drop_flat(deep);
     }

@@ -20,7 +20,7 @@ use futures::{Stream, StreamExt};
 use heddle_api::ApiError;
 use heddle_proto::calls::{Call, CallsQuery};
 use heddle_proto::expand::{CallValues, ExpandPlan, KeyPart, by_ids, compare_keys, eval, sort_key};
-use heddle_proto::limits::{MAX_JSON_DEPTH, MAX_RESOLVED_BYTES, json_depth};
+use heddle_proto::limits::{MAX_MEMBER_DEPTH, MAX_RESOLVED_BYTES, json_depth};
 use heddle_proto::refs::{self, ObjectRef, Ref};
 use heddle_store::{CallStream, Store};
 use serde_json::Value;
@@ -178,9 +178,9 @@ impl Expander {
                 if let Some((val, _)) = resolved.get(&uri) {
                     let col = &group[j];
                     // The slot is col.len() - 1 levels below its member; the value nests below.
-                    if col.len() - 1 + json_depth(val, MAX_JSON_DEPTH) > MAX_JSON_DEPTH {
+                    if col.len() - 1 + json_depth(val, MAX_MEMBER_DEPTH) > MAX_MEMBER_DEPTH {
                         return Err(SliceError::Api(ApiError::bad_request(format!(
-                            "expanding {} would nest the call deeper than {MAX_JSON_DEPTH} \
+                            "expanding {} would nest the call deeper than {MAX_MEMBER_DEPTH} \
                              levels",
                             col.join(".")
                         ))));

@@ -189,6 +189,18 @@ impl Server {
         }
     }
 
+    /// The server process's resident memory, in KiB (Linux), for bounds on what one request
+    /// may make it allocate.
+    pub fn rss_kib(&self) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
+            .expect("reading the server's /proc status");
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix("VmRSS:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .expect("VmRSS in /proc status")
+    }
+
     pub fn data_dir(&self) -> std::path::PathBuf {
         self.dir.path().join("data")
     }
