@@ -197,7 +197,7 @@ async fn self_referencing_expansion_is_bounded() {
     // Too many columns, and too long a column, are refused up front.
     let many: Vec<String> = (0..65).map(|i| format!("inputs.x{i}")).collect();
     api.post("/calls/stream_query", &q(many)).await.err(400);
-    let long = vec!["inputs".to_owned(), vec!["x"; 100].join(".")].join(".");
+    let long = format!("inputs.{}", vec!["x"; 100].join("."));
     api.post("/calls/stream_query", &q(vec![long])).await.err(400);
     healthy(&api).await;
 }
