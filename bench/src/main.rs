@@ -29,6 +29,7 @@
 
 mod client;
 mod distributed;
+mod hostile;
 mod machine;
 mod otlp;
 mod report;
@@ -181,12 +182,25 @@ struct Args {
     /// With --url: the server's OTLP/gRPC address (e.g. http://127.0.0.1:4317).
     #[arg(long, help_heading = "OTLP ingest")]
     otlp_grpc_url: Option<String>,
+
+    /// Hostile load instead: attacks that once crashed or ballooned the server, with
+    /// --concurrency senders each, while a well-behaved client writes; reports peak memory and
+    /// the client's latencies (see `hostile.rs`).
+    #[arg(long, help_heading = "Hostile load")]
+    hostile: bool,
+    /// How long the attacks run.
+    #[arg(long, default_value_t = 20, help_heading = "Hostile load")]
+    hostile_secs: u64,
+    /// A second binary run through the same attacks (e.g. the previous commit's build).
+    #[arg(long, help_heading = "Hostile load")]
+    compare_bin: Option<PathBuf>,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let problems = match (args.otlp, args.distributed) {
+        _ if args.hostile => hostile::run(&args).await?,
         (true, false) => otlp::run_embedded(&args).await?,
         (true, true) => otlp::run_distributed(&args).await?,
         (false, true) => distributed::run(&args).await?,
