@@ -123,6 +123,9 @@ struct Cached {
     principal: Principal,
     /// When the store last confirmed the key.
     checked: Instant,
+    /// Until when the entry is used without asking the store: `checked` + TTL, or, after a
+    /// failed lookup, the failure + TTL (so a store outage costs one lookup per key and TTL).
+    fresh_until: Instant,
 }
 
 /// The store's recent answers about key hashes (positive ones only).
@@ -149,9 +152,8 @@ impl KeyCache {
         Fut: Future<Output = Result<Option<KeyRecord>, StoreError>>,
     {
         let cached = self.entries.read().expect("not poisoned").get(hash).cloned();
-        let age = |c: &Cached| now.saturating_duration_since(c.checked);
         if let Some(c) = &cached
-            && age(c) < self.policy.ttl
+            && now < c.fresh_until
         {
             return Ok(Some(c.principal.clone()));
         }
@@ -166,8 +168,12 @@ impl KeyCache {
                 Ok(None)
             }
             Err(e) => match cached {
-                Some(c) if age(&c) < self.policy.stale_if_error => {
+                Some(c)
+                    if now.saturating_duration_since(c.checked) < self.policy.stale_if_error =>
+                {
                     tracing::warn!(error = %e, "key lookup failed; trusting the cached answer");
+                    let retry = Cached { fresh_until: now + self.policy.ttl, ..c.clone() };
+                    self.entries.write().expect("not poisoned").insert(hash.to_owned(), retry);
                     Ok(Some(c.principal))
                 }
                 _ => Err(e),
@@ -184,7 +190,8 @@ impl KeyCache {
                 entries.clear();
             }
         }
-        entries.insert(hash.to_owned(), Cached { principal, checked: now });
+        let fresh_until = now + self.policy.ttl;
+        entries.insert(hash.to_owned(), Cached { principal, checked: now, fresh_until });
     }
 
     #[cfg(test)]
@@ -382,6 +389,10 @@ mod tests {
         cache.principal("h", t0, lookup(&n, Ok(Some("alice")))).await.unwrap();
         let stale = t0 + policy.ttl;
         assert_eq!(cache.principal("h", stale, lookup(&n, Err(()))).await.unwrap(), alice);
+        // The failure is not retried for a TTL: an outage costs one lookup per key and TTL.
+        let soon = stale + policy.ttl - Duration::from_millis(1);
+        assert_eq!(cache.principal("h", soon, lookup(&n, Err(()))).await.unwrap(), alice);
+        assert_eq!(n.load(Ordering::SeqCst), 2);
         let too_old = t0 + policy.stale_if_error;
         assert!(matches!(
             cache.principal("h", too_old, lookup(&n, Err(()))).await,
