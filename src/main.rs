@@ -16,6 +16,7 @@ use heddle_store::Store;
 use heddle_store::clickhouse::ClickHouseStore;
 use heddle_store::sqlite::{SqliteOptions, SqliteStore};
 
+mod keys;
 mod server;
 
 #[derive(Parser)]
@@ -82,7 +83,7 @@ enum Command {
     /// Manage API keys.
     Keys {
         #[command(subcommand)]
-        command: KeysCommand,
+        command: keys::KeysCommand,
     },
 }
 
@@ -207,17 +208,6 @@ struct OtlpArgs {
     otlp_grpc_max_message_bytes: usize,
 }
 
-#[derive(Subcommand)]
-enum KeysCommand {
-    /// Create a key that may only use projects `<ENTITY>/<project>`; prints the key.
-    Create {
-        #[arg(long)]
-        entity: String,
-        #[command(flatten)]
-        store: StoreArgs,
-    },
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt()
@@ -278,17 +268,7 @@ async fn main() -> anyhow::Result<()> {
             eprintln!("schema is up to date");
             Ok(())
         }
-        Command::Keys { command: KeysCommand::Create { entity, store } } => {
-            if entity.is_empty() || entity.contains('/') {
-                anyhow::bail!("--entity must be a non-empty name without '/'");
-            }
-            let store = open_store(&store).await?;
-            let key = generate_key();
-            store.create_key(&hash_key(&key), Some(&entity)).await?;
-            eprintln!("API key for entity {entity:?} (shown once, store it safely):");
-            println!("{key}");
-            Ok(())
-        }
+        Command::Keys { command } => keys::run(command).await,
     }
 }
 

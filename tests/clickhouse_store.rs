@@ -8,8 +8,8 @@ use common::clickhouse::ClickHouse;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{CallPart, CallsQueryReq, EndPart, StartPart};
 use heddle_proto::time::Micros;
-use heddle_store::Store;
 use heddle_store::clickhouse::{ClickHouseStore, migrations};
+use heddle_store::{KeyRecord, Store, StoreError};
 
 async fn connect(ch: &ClickHouse) -> ClickHouseStore {
     let db = ch.database.as_deref().unwrap_or("default");
@@ -34,6 +34,7 @@ async fn migrations_apply_once_and_are_idempotent() {
     assert_eq!(
         tables(&store).await,
         [
+            "api_key_revocations",
             "api_keys",
             "call_parts",
             "feedback",
@@ -181,4 +182,61 @@ async fn files_are_stored_in_chunks_and_old_inline_files_still_read() {
         .unwrap();
     assert_eq!(store.read_file(&project, "old").await.unwrap(), Bytes::from_static(b"abc"));
     assert_eq!(store.files_size(&project).await.unwrap(), content.len() as u64 + 3);
+}
+
+#[tokio::test]
+async fn keys_are_listed_and_revoked() {
+    let ch = ClickHouse::start();
+    let store = connect(&ch).await;
+    let (admin, alice, bob) = ("a0".repeat(32), "b1".repeat(32), "c2".repeat(32));
+    store.create_key(&admin, None).await.unwrap();
+    store.create_key(&alice, Some("alice")).await.unwrap();
+    store.create_key(&bob, Some("bob")).await.unwrap();
+    assert!(store.has_admin_key().await.unwrap());
+
+    let listed = store.list_keys().await.unwrap();
+    let mut ids: Vec<(&str, Option<&str>)> =
+        listed.iter().map(|k| (k.id.as_str(), k.entity.as_deref())).collect();
+    ids.sort();
+    assert_eq!(
+        ids,
+        [("a0a0a0a0a0a0", None), ("b1b1b1b1b1b1", Some("alice")), ("c2c2c2c2c2c2", Some("bob"))]
+    );
+    assert!(listed.iter().all(|k| k.revoked_at.is_none() && k.created_at.0 > 0), "{listed:?}");
+    assert!(listed.windows(2).all(|w| w[0].created_at <= w[1].created_at), "oldest first");
+
+    let revoked = store.revoke_key("B1B1B1B1B1B1").await.unwrap();
+    assert_eq!(revoked.entity.as_deref(), Some("alice"));
+    let at = revoked.revoked_at.expect("revoked");
+    assert_eq!(store.lookup_key(&alice).await.unwrap(), None);
+    assert_eq!(
+        store.lookup_key(&bob).await.unwrap(),
+        Some(KeyRecord { entity: Some("bob".into()) })
+    );
+    // Again: nothing changes, the first revocation time stays, also when a second process
+    // revoked it at the same time (two revocation rows: the earliest counts).
+    assert_eq!(store.revoke_key("b1b1b1b1b1b1").await.unwrap().revoked_at, Some(at));
+    store
+        .client()
+        .query("INSERT INTO api_key_revocations (key_hash, revoked_at) VALUES (?, now64(6))")
+        .bind(&alice)
+        .execute()
+        .await
+        .unwrap();
+    let listed = store.list_keys().await.unwrap();
+    let alice_listed = listed.iter().find(|k| k.id == "b1b1b1b1b1b1").unwrap();
+    assert_eq!(alice_listed.revoked_at, Some(at));
+    assert_eq!(listed.iter().filter(|k| k.revoked_at.is_some()).count(), 1, "{listed:?}");
+    assert_eq!(listed.len(), 3);
+
+    // Revoking the only admin key leaves none: the next `serve` generates a new one.
+    store.revoke_key("a0a0a0a0a0a0").await.unwrap();
+    assert!(!store.has_admin_key().await.unwrap());
+    assert_eq!(store.lookup_key(&admin).await.unwrap(), None);
+
+    assert!(matches!(store.revoke_key("d3d3d3d3d3d3").await, Err(StoreError::NotFound(_))));
+    for bad in ["b1b1", "b1b1b1b1b1b1b1", "b1b1b1b1b1bx", "%"] {
+        assert!(matches!(store.revoke_key(bad).await, Err(StoreError::Invalid(_))), "{bad}");
+    }
+    assert_eq!(store.lookup_key(&bob).await.unwrap().unwrap().entity.as_deref(), Some("bob"));
 }

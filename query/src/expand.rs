@@ -582,6 +582,12 @@ mod tests {
         async fn has_admin_key(&self) -> Result<bool> {
             self.inner.has_admin_key().await
         }
+        async fn list_keys(&self) -> Result<Vec<heddle_store::KeyInfo>> {
+            self.inner.list_keys().await
+        }
+        async fn revoke_key(&self, id: &str) -> Result<heddle_store::KeyInfo> {
+            self.inner.revoke_key(id).await
+        }
     }
 
     async fn object(store: &Counting, p: &ProjectId, name: &str, val: Value) -> String {

@@ -214,6 +214,11 @@ impl Server {
         create_entity_key(&self.store_args, entity)
     }
 
+    /// `heddle keys ARGS...` against this server's store.
+    pub fn keys(&self, args: &[&str]) -> std::process::Output {
+        heddle_keys(&self.store_args, args)
+    }
+
     /// A client authenticated with the admin key.
     pub fn admin(&self) -> Api {
         self.client(Some(&self.admin_key))
@@ -313,16 +318,23 @@ fn spawn(
     (child, url, grpc_url)
 }
 
-/// `heddle keys create --entity NAME` with the given store flags; returns the key.
-pub fn create_entity_key(store_args: &[String], entity: &str) -> String {
-    let out = Command::new(BIN)
-        .args(["keys", "create", "--entity", entity])
+/// `heddle keys ARGS...` with the given store flags.
+pub fn heddle_keys(store_args: &[String], args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .arg("keys")
+        .args(args)
         .args(store_args)
         .env_remove("HEDDLE_DATA_DIR")
         .env_remove("HEDDLE_CLICKHOUSE_URL")
         .env_remove("HEDDLE_CLICKHOUSE_DATABASE")
+        .env_remove("RUST_BACKTRACE")
         .output()
-        .expect("running heddle keys create");
+        .expect("running heddle keys")
+}
+
+/// `heddle keys create --entity NAME` with the given store flags; returns the key.
+pub fn create_entity_key(store_args: &[String], entity: &str) -> String {
+    let out = heddle_keys(store_args, &["create", "--entity", entity]);
     assert!(out.status.success(), "keys create failed: {}", String::from_utf8_lossy(&out.stderr));
     let stdout = String::from_utf8(out.stdout).expect("utf-8 stdout");
     let key = stdout.lines().rev().find(|l| !l.trim().is_empty()).expect("a key line");

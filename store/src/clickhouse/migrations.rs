@@ -15,6 +15,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (3, include_str!("migrations/0003_tables.sql")),
     (5, include_str!("migrations/0005_feedback.sql")),
     (6, include_str!("migrations/0006_costs.sql")),
+    (7, include_str!("migrations/0007_key_revocation.sql")),
 ];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

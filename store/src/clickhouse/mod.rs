@@ -30,14 +30,15 @@ use serde_json::value::RawValue;
 
 use self::rows::{
     Blob, CallRow, ChunkDataRow, CostRow, FeedbackReadRow, FeedbackRow, FileChunkRow, FileMetaRow,
-    FileRow, KeyEntityRow, KeyRow, LiveVersionRow, ObjectMetaRow, ObjectRow, ObjectStateRow,
-    ObjectValRow, PartRow, StoredRowRow, TableListRow, TableRowRow, TableSliceRow, ThreadRow,
+    FileRow, KeyEntityRow, KeyInfoRow, KeyRevocationRow, KeyRow, LiveVersionRow, ObjectMetaRow,
+    ObjectRow, ObjectStateRow, ObjectValRow, PartRow, StoredRowRow, TableListRow, TableRowRow,
+    TableSliceRow, ThreadRow,
 };
 use self::sql::{ObjectBy, Sql};
 use crate::objects::{self, LiveVersion};
 use crate::{
-    CallStream, KeyRecord, NewObject, NewTable, Result, Store, StoreError, StoredRow, TableSlice,
-    files,
+    CallStream, KeyInfo, KeyRecord, NewObject, NewTable, Result, Store, StoreError, StoredRow,
+    TableSlice, files,
 };
 
 fn backend(e: impl std::fmt::Display) -> StoreError {
@@ -711,6 +712,33 @@ impl Store for ClickHouseStore {
         let n: u64 =
             Sql::new(sql::ANY_ADMIN_KEY).query(&self.client).fetch_one().await.map_err(backend)?;
         Ok(n > 0)
+    }
+
+    async fn list_keys(&self) -> Result<Vec<KeyInfo>> {
+        let rows: Vec<KeyInfoRow> =
+            sql::key_infos(None).query(&self.client).fetch_all().await.map_err(backend)?;
+        Ok(rows.into_iter().map(KeyInfoRow::into_info).collect())
+    }
+
+    async fn revoke_key(&self, id: &str) -> Result<KeyInfo> {
+        let id = crate::parse_key_id(id)?;
+        let hashes: Vec<String> =
+            sql::keys_with_id(&id).query(&self.client).fetch_all().await.map_err(backend)?;
+        let hash = crate::only_key(&id, &hashes)?;
+        let info = |hash: &str| {
+            let q = sql::key_infos(Some(hash)).query(&self.client);
+            async move {
+                let row: KeyInfoRow = q.fetch_one().await.map_err(backend)?;
+                Ok::<_, StoreError>(row.into_info())
+            }
+        };
+        let before = info(&hash).await?;
+        if before.revoked_at.is_some() {
+            return Ok(before);
+        }
+        let row = KeyRevocationRow { key_hash: hash.clone(), revoked_at: Micros::now().0 };
+        self.insert::<KeyRevocationRow>("api_key_revocations", &[row]).await?;
+        info(&hash).await
     }
 }
 

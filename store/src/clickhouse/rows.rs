@@ -397,6 +397,32 @@ pub struct KeyEntityRow {
     pub entity: Option<String>,
 }
 
+/// What `sql::key_infos` selects.
+#[derive(Debug, Row, Deserialize)]
+pub struct KeyInfoRow {
+    pub key_hash: String,
+    pub entity: Option<String>,
+    pub created_us: i64,
+    pub revoked_us: Option<i64>,
+}
+
+impl KeyInfoRow {
+    pub fn into_info(self) -> crate::KeyInfo {
+        crate::KeyInfo {
+            id: crate::key_id(&self.key_hash).to_owned(),
+            entity: self.entity,
+            created_at: Micros(self.created_us),
+            revoked_at: self.revoked_us.map(Micros),
+        }
+    }
+}
+
+#[derive(Debug, Row, Serialize)]
+pub struct KeyRevocationRow {
+    pub key_hash: String,
+    pub revoked_at: i64,
+}
+
 /// Binary content of a `String` column (serde's bytes, not a sequence of numbers).
 #[derive(Debug, Default)]
 pub struct Blob(pub bytes::Bytes);

@@ -1090,13 +1090,43 @@ pub fn files_size(project: &str) -> Sql {
     sql
 }
 
+/// The entity of the unrevoked key with this hash (see migrations/0007_key_revocation.sql).
 pub fn select_key(key_hash: &str) -> Sql {
     let mut sql = Sql::new("SELECT entity FROM api_keys WHERE key_hash = ");
-    sql.bind_str(key_hash).push(" LIMIT 1");
+    sql.bind_str(key_hash)
+        .push(" AND key_hash NOT IN (SELECT key_hash FROM api_key_revocations WHERE key_hash = ")
+        .bind_str(key_hash)
+        .push(") LIMIT 1");
     sql
 }
 
-pub const ANY_ADMIN_KEY: &str = "SELECT count() FROM api_keys WHERE entity IS NULL";
+pub const ANY_ADMIN_KEY: &str = "SELECT count() FROM api_keys WHERE entity IS NULL \
+    AND key_hash NOT IN (SELECT key_hash FROM api_key_revocations)";
+
+/// `rows::KeyInfoRow` of every key, oldest first, or of the key with hash `only`.
+pub fn key_infos(only: Option<&str>) -> Sql {
+    let mut sql = Sql::new(
+        "SELECT k.key_hash AS key_hash, k.entity AS entity, k.created_us AS created_us, \
+         r.revoked_us AS revoked_us \
+         FROM (SELECT key_hash, any(entity) AS entity, \
+               toUnixTimestamp64Micro(min(created_at)) AS created_us \
+               FROM api_keys GROUP BY key_hash) AS k \
+         LEFT JOIN (SELECT key_hash, toNullable(toUnixTimestamp64Micro(min(revoked_at))) AS revoked_us \
+               FROM api_key_revocations GROUP BY key_hash) AS r ON k.key_hash = r.key_hash",
+    );
+    if let Some(hash) = only {
+        sql.push(" WHERE k.key_hash = ").bind_str(hash);
+    }
+    sql.push(" ORDER BY created_us, key_hash");
+    sql
+}
+
+/// The hashes a key id (their prefix) names.
+pub fn keys_with_id(id: &str) -> Sql {
+    let mut sql = Sql::new("SELECT DISTINCT key_hash FROM api_keys WHERE startsWith(key_hash, ");
+    sql.bind_str(id).push(")");
+    sql
+}
 
 // ---------------------------------------------------------------------------------------------
 // Tables
@@ -1347,6 +1377,8 @@ mod tests {
             table_slice(evil, evil, 0, None),
             select_table_rows(evil, &[evil.to_owned()], true),
             select_key(evil),
+            key_infos(Some(evil)),
+            keys_with_id(evil),
         ] {
             assert!(!sql.text.contains("DROP"), "{}", sql.text);
             check_placeholders(&sql);

@@ -12,6 +12,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_tables.sql"),
     include_str!("migrations/0005_feedback.sql"),
     include_str!("migrations/0006_costs.sql"),
+    include_str!("migrations/0007_key_revocation.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;

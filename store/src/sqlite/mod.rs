@@ -28,8 +28,8 @@ use self::sql::ObjectBy;
 use self::writer::{Writer, backend};
 use crate::objects::{self, LiveVersion};
 use crate::{
-    CallStream, KeyRecord, NewObject, NewTable, Result, Store, StoreError, StoredRow, TableSlice,
-    files,
+    CallStream, KeyInfo, KeyRecord, NewObject, NewTable, Result, Store, StoreError, StoredRow,
+    TableSlice, files,
 };
 
 type Pool = r2d2::Pool<SqliteConnectionManager>;
@@ -792,6 +792,42 @@ impl Store for SqliteStore {
         self.read(|conn| conn.query_row(sql::ANY_ADMIN_KEY, [], |r| r.get(0)).map_err(backend))
             .await
     }
+
+    async fn list_keys(&self) -> Result<Vec<KeyInfo>> {
+        self.read(|conn| {
+            conn.prepare(sql::LIST_KEYS)
+                .and_then(|mut stmt| stmt.query_map([], key_info)?.collect())
+                .map_err(backend)
+        })
+        .await
+    }
+
+    async fn revoke_key(&self, id: &str) -> Result<KeyInfo> {
+        let id = crate::parse_key_id(id)?;
+        // One writer job: the lookup and the update commit together.
+        self.writer
+            .exec(move |conn| {
+                let hashes: Vec<String> = conn
+                    .prepare(sql::KEYS_WITH_ID)
+                    .and_then(|mut stmt| stmt.query_map([&id], |r| r.get(0))?.collect())
+                    .map_err(backend)?;
+                let hash = crate::only_key(&id, &hashes)?;
+                conn.execute(sql::REVOKE_KEY, params![hash, Micros::now().0]).map_err(backend)?;
+                conn.query_row(sql::KEY_INFO, [&hash], key_info).map_err(backend)
+            })
+            .await
+    }
+}
+
+/// A row of `sql::LIST_KEYS` or `sql::KEY_INFO`.
+fn key_info(r: &Row<'_>) -> rusqlite::Result<KeyInfo> {
+    let hash: String = r.get(0)?;
+    Ok(KeyInfo {
+        id: crate::key_id(&hash).to_owned(),
+        entity: r.get(1)?,
+        created_at: Micros(r.get(2)?),
+        revoked_at: r.get::<_, Option<i64>>(3)?.map(Micros),
+    })
 }
 
 fn version_text(v: &VersionSel) -> String {
@@ -850,5 +886,59 @@ mod tests {
         assert_eq!(chunks, [(0, 1 << 20), (1, 1 << 20), (2, 1 << 19)], "2.5 MiB in 1 MiB chunks");
         assert_eq!(store.read_file(&project, "big").await.unwrap(), content);
         assert_eq!(store.files_size(&project).await.unwrap(), content.len() as u64 + 3);
+    }
+
+    #[tokio::test]
+    async fn keys_are_listed_and_revoked() {
+        let dir = tempfile::tempdir().unwrap();
+        let (admin, alice, bob) = ("a0".repeat(32), "b1".repeat(32), "c2".repeat(32));
+        {
+            // A key stored before keys could be revoked keeps working after the upgrade.
+            let mut conn = Connection::open(dir.path().join("heddle.db")).unwrap();
+            assert_eq!(migrations::migrate_to(&mut conn, 6).unwrap(), 6);
+            conn.execute(sql::INSERT_KEY, params![admin, None::<String>, 1]).unwrap();
+        }
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        store.create_key(&alice, Some("alice")).await.unwrap();
+        store.create_key(&bob, Some("bob")).await.unwrap();
+        assert!(store.has_admin_key().await.unwrap());
+
+        let listed = store.list_keys().await.unwrap();
+        let ids: Vec<(&str, Option<&str>)> =
+            listed.iter().map(|k| (k.id.as_str(), k.entity.as_deref())).collect();
+        assert_eq!(
+            ids,
+            [
+                ("a0a0a0a0a0a0", None),
+                ("b1b1b1b1b1b1", Some("alice")),
+                ("c2c2c2c2c2c2", Some("bob"))
+            ]
+        );
+        assert!(listed.iter().all(|k| k.revoked_at.is_none() && k.created_at.0 > 0));
+
+        let revoked = store.revoke_key("B1B1B1B1B1B1").await.unwrap();
+        assert_eq!(revoked.entity.as_deref(), Some("alice"));
+        let at = revoked.revoked_at.expect("revoked");
+        assert_eq!(store.lookup_key(&alice).await.unwrap(), None);
+        assert_eq!(
+            store.lookup_key(&bob).await.unwrap(),
+            Some(KeyRecord { entity: Some("bob".into()) })
+        );
+        // Again: nothing changes, the first revocation time stays.
+        assert_eq!(store.revoke_key("b1b1b1b1b1b1").await.unwrap().revoked_at, Some(at));
+        let listed = store.list_keys().await.unwrap();
+        assert_eq!(listed[1].revoked_at, Some(at));
+        assert_eq!((listed[0].revoked_at, listed[2].revoked_at), (None, None));
+
+        // Revoking the only admin key leaves none: the next `serve` generates a new one.
+        store.revoke_key("a0a0a0a0a0a0").await.unwrap();
+        assert!(!store.has_admin_key().await.unwrap());
+        assert_eq!(store.lookup_key(&admin).await.unwrap(), None);
+
+        assert!(matches!(store.revoke_key("d3d3d3d3d3d3").await, Err(StoreError::NotFound(_))));
+        for bad in ["b1b1", "b1b1b1b1b1b1b1", "b1b1b1b1b1bx", "%"] {
+            assert!(matches!(store.revoke_key(bad).await, Err(StoreError::Invalid(_))), "{bad}");
+        }
+        assert_eq!(store.lookup_key(&bob).await.unwrap().unwrap().entity.as_deref(), Some("bob"));
     }
 }

@@ -251,8 +251,21 @@ WHERE project_id = ?1 AND turn_id = id AND thread_id != ''
 
 pub const INSERT_KEY: &str =
     "INSERT INTO api_keys (key_hash, entity, created_at) VALUES (?1, ?2, ?3)";
-pub const SELECT_KEY: &str = "SELECT entity FROM api_keys WHERE key_hash = ?1";
-pub const ANY_ADMIN_KEY: &str = "SELECT EXISTS (SELECT 1 FROM api_keys WHERE entity IS NULL)";
+pub const SELECT_KEY: &str =
+    "SELECT entity FROM api_keys WHERE key_hash = ?1 AND revoked_at IS NULL";
+pub const ANY_ADMIN_KEY: &str =
+    "SELECT EXISTS (SELECT 1 FROM api_keys WHERE entity IS NULL AND revoked_at IS NULL)";
+/// What `keys list` shows of every key (`key_info` reads the row).
+pub const LIST_KEYS: &str = "SELECT key_hash, entity, created_at, revoked_at FROM api_keys
+ORDER BY created_at, key_hash";
+pub const KEY_INFO: &str =
+    "SELECT key_hash, entity, created_at, revoked_at FROM api_keys WHERE key_hash = ?1";
+/// The hashes a key id (their prefix) names.
+pub const KEYS_WITH_ID: &str =
+    "SELECT key_hash FROM api_keys WHERE substr(key_hash, 1, length(?1)) = ?1";
+/// Keeps the first revocation time of a key revoked again.
+pub const REVOKE_KEY: &str =
+    "UPDATE api_keys SET revoked_at = ?2 WHERE key_hash = ?1 AND revoked_at IS NULL";
 
 /// The select list of a call row, in the order `row_to_call` reads it.
 pub fn call_columns(q: &CallsQuery) -> String {
