@@ -12,9 +12,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::ApiError;
 
-/// What decoding a body costs, as a multiple of its decoded size (typical JSON and protobuf
-/// decode into 2–4× their bytes).
-const DECODE_FACTOR: usize = 4;
+/// What decoding a body costs, as a multiple of its decoded size, when nothing more is known
+/// about it (typical JSON and protobuf decode into 2–4× their bytes).
+pub const DECODE_FACTOR: usize = 4;
+/// What one JSON object or array costs once parsed, beyond its bytes (JSON bodies are charged
+/// by their shape, counted before parsing: `[]` is 2 bytes of text and ~80 bytes parsed).
+pub const CONTAINER_COST: usize = 96;
 /// How long a request waits for room before it is turned away with 503.
 const ADMIT_WAIT: Duration = Duration::from_secs(5);
 /// Permits are counted in KiB, so the budget fits a semaphore's counter.
@@ -35,15 +38,11 @@ impl DecodeBudget {
         DecodeBudget { permits: Arc::new(Semaphore::new(units)), total_units: units as u32 }
     }
 
-    /// Waits for room to decode `decoded` bytes of body. A gzip body is admitted twice: for
-    /// its compressed size before it is inflated (inflating stops at the body limit), then for
-    /// what it inflated to before it is parsed; the permits add up in one [`Admitted`].
-    pub async fn admit(
-        &self,
-        decoded: usize,
-        held: Option<Admitted>,
-    ) -> Result<Admitted, ApiError> {
-        let units = (decoded.saturating_mul(DECODE_FACTOR) / UNIT).max(1);
+    /// Waits for room for `cost` bytes of decoding in all. A body is admitted in steps as more
+    /// becomes known about it (its compressed size, what it inflated to, its JSON shape): each
+    /// step tops up what `held` already has, and the permits add up in one [`Admitted`].
+    pub async fn admit(&self, cost: usize, held: Option<Admitted>) -> Result<Admitted, ApiError> {
+        let units = (cost / UNIT).max(1);
         let held_units = held.as_ref().map_or(0, |a| a.0.num_permits());
         let units = units.saturating_sub(held_units).clamp(1, self.total_units as usize);
         let available_alone = self.total_units as usize - held_units;
@@ -71,15 +70,15 @@ mod tests {
     #[tokio::test]
     async fn requests_wait_for_room_then_are_turned_away() {
         let budget = DecodeBudget::new(8 * 1024 * 1024);
-        // 2 MiB × 4 fills the whole budget.
-        let first = budget.admit(2 * 1024 * 1024, None).await.unwrap();
+        // 8 MiB fills the whole budget.
+        let first = budget.admit(8 * 1024 * 1024, None).await.unwrap();
         tokio::time::pause();
         let second = budget.admit(1024, None).await;
         assert!(matches!(second, Err(ApiError::Overloaded(_))));
         drop(first);
         // Admitted in two steps (gzip): the second only tops up.
-        let small = budget.admit(1024 * 1024, None).await.unwrap();
-        let grown = budget.admit(2 * 1024 * 1024, Some(small)).await.unwrap();
+        let small = budget.admit(4 * 1024 * 1024, None).await.unwrap();
+        let grown = budget.admit(8 * 1024 * 1024, Some(small)).await.unwrap();
         assert_eq!(grown.0.num_permits(), 8 * 1024);
         drop(grown);
         // A body bigger than the whole budget still runs alone.

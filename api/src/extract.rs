@@ -19,8 +19,9 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
-use crate::budget::Admitted;
+use crate::budget::{Admitted, CONTAINER_COST, DECODE_FACTOR};
 use crate::{ApiError, AppState};
+use heddle_proto::limits::{MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, json_shape};
 
 /// How much of an oversized body is read and discarded so the client gets its 413 cleanly.
 const DRAIN_BYTES: usize = 64 * 1024 * 1024;
@@ -128,7 +129,21 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T
         if body.bytes.len() <= INLINE_DECODE_BYTES && body.encoding == Encoding::Identity {
             return parse(&body.bytes).map(Json);
         }
-        let (bytes, _admitted) = admit_and_decode(state, body).await?;
+        let (bytes, admitted) = admit_and_decode(state, body).await?;
+        // Charged by its shape before it is parsed: what a body parses into depends on how
+        // many objects and arrays it holds more than on its bytes.
+        let (bytes, shape) = blocking(move || {
+            let shape = json_shape(&bytes, MAX_JSON_DEPTH);
+            if shape.containers > MAX_JSON_CONTAINERS {
+                return Err(ApiError::bad_request(format!(
+                    "the body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays"
+                )));
+            }
+            Ok((bytes, shape))
+        })
+        .await?;
+        let cost = bytes.len() * 2 + shape.containers * CONTAINER_COST;
+        let _admitted = state.decode_budget.admit(cost, Some(admitted)).await?;
         blocking(move || parse(&bytes)).await.map(Json)
     }
 }
@@ -140,12 +155,12 @@ pub async fn admit_and_decode(
     body: EncodedBody,
 ) -> Result<(Bytes, Admitted), ApiError> {
     let limit = state.max_body_bytes;
-    let admitted = state.decode_budget.admit(body.bytes.len(), None).await?;
+    let admitted = state.decode_budget.admit(body.bytes.len() * DECODE_FACTOR, None).await?;
     if body.encoding == Encoding::Identity {
         return Ok((body.bytes, admitted));
     }
     let bytes = blocking(move || body.encoding.decode(body.bytes, limit)).await?;
-    let admitted = state.decode_budget.admit(bytes.len(), Some(admitted)).await?;
+    let admitted = state.decode_budget.admit(bytes.len() * DECODE_FACTOR, Some(admitted)).await?;
     Ok((bytes, admitted))
 }
 

@@ -24,9 +24,9 @@ use prost::Message;
 use serde_json::{Value, json};
 use uuid::Uuid;
 
+use crate::Args;
 use crate::machine::Machine;
 use crate::server::Server;
-use crate::Args;
 
 /// One attack: a request repeated by `--concurrency` senders.
 struct Attack {
@@ -50,9 +50,10 @@ struct Run {
 
 fn status_kib(pid: u32, field: &str) -> Option<u64> {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    status.lines().find_map(|l| l.strip_prefix(field)).and_then(|v| {
-        v.trim().trim_end_matches("kB").trim().parse().ok()
-    })
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
 }
 
 fn gzip(bytes: &[u8]) -> Vec<u8> {
@@ -154,7 +155,12 @@ fn attacks(project: &str, refs: &[String]) -> Vec<Attack> {
     ]
 }
 
-async fn seed(client: &reqwest::Client, base: &str, key: &str, project: &str) -> anyhow::Result<Vec<String>> {
+async fn seed(
+    client: &reqwest::Client,
+    base: &str,
+    key: &str,
+    project: &str,
+) -> anyhow::Result<Vec<String>> {
     let val = json!({"pad": "y".repeat(1 << 20)});
     let res: Value = client
         .post(format!("{base}/obj/create"))
@@ -189,10 +195,7 @@ async fn run_one(bin: &Path, args: &Args) -> anyhow::Result<Run> {
     let (server, base) = Server::start(bin, &key, args.keep_data)?;
     let pid = server.pid();
     eprintln!("hostile: started {} at {base} (pid {pid})", bin.display());
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .timeout(Duration::from_secs(120))
-        .build()?;
+    let client = reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(120)).build()?;
     let project = format!("bench/hostile-{}", &Uuid::new_v4().simple().to_string()[..8]);
     let refs = seed(&client, &base, &key, &project).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
@@ -252,8 +255,7 @@ async fn run_one(bin: &Path, args: &Args) -> anyhow::Result<Run> {
             senders.push(tokio::spawn(async move {
                 let mut answers: BTreeMap<String, usize> = BTreeMap::new();
                 while Instant::now() < deadline {
-                    let mut req =
-                        client.post(format!("{base}{}", attack.path)).bearer_auth(&key);
+                    let mut req = client.post(format!("{base}{}", attack.path)).bearer_auth(&key);
                     for (k, v) in &attack.headers {
                         req = req.header(*k, v);
                     }
@@ -286,7 +288,8 @@ async fn run_one(bin: &Path, args: &Args) -> anyhow::Result<Run> {
     run.peak_kib = sampler.await?;
     (run.probe_ms, run.probe_failures) = probe.await?;
     run.hwm_kib = status_kib(pid, "VmHWM:").unwrap_or(0);
-    run.alive = client.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success());
+    run.alive =
+        client.get(format!("{base}/health")).send().await.is_ok_and(|r| r.status().is_success());
     drop(server);
     Ok(run)
 }

@@ -70,12 +70,21 @@ pub fn check_json_text(what: &str, text: &str) -> Result<(), ProtoError> {
         .map_err(|e| ProtoError::invalid(format!("{what} is not valid JSON: {e}")))
 }
 
-/// The deepest nesting of `[` and `{` in JSON text, outside strings; stops counting past
-/// `stop_at`. Meaningful for well-formed text only (the caller also parses it).
-fn text_depth(text: &str, stop_at: usize) -> usize {
-    let (mut depth, mut deepest) = (0usize, 0usize);
+/// What JSON text will parse into: its deepest nesting, and how many objects and arrays it
+/// holds. Found in one pass over the bytes, before any parsing; meaningful for well-formed text
+/// only (the caller parses it afterwards).
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct JsonShape {
+    pub depth: usize,
+    pub containers: usize,
+}
+
+/// The [`JsonShape`] of `text`; counting stops once the depth passes `stop_at`.
+pub fn json_shape(text: &[u8], stop_at: usize) -> JsonShape {
+    let mut shape = JsonShape::default();
+    let mut depth = 0usize;
     let (mut in_string, mut escaped) = (false, false);
-    for b in text.bytes() {
+    for &b in text {
         if in_string {
             match b {
                 _ if escaped => escaped = false,
@@ -89,17 +98,26 @@ fn text_depth(text: &str, stop_at: usize) -> usize {
             b'"' => in_string = true,
             b'[' | b'{' => {
                 depth += 1;
-                deepest = deepest.max(depth);
-                if deepest > stop_at {
-                    return deepest;
+                shape.containers += 1;
+                shape.depth = shape.depth.max(depth);
+                if shape.depth > stop_at {
+                    return shape;
                 }
             }
             b']' | b'}' => depth = depth.saturating_sub(1),
             _ => {}
         }
     }
-    deepest
+    shape
 }
+
+fn text_depth(text: &str, stop_at: usize) -> usize {
+    json_shape(text.as_bytes(), stop_at).depth
+}
+
+/// Objects and arrays in one JSON request body. Each costs ~80 bytes once parsed, even when it
+/// is two bytes (`[]`) in the body, so this bounds what a body can parse into (~160 MB).
+pub const MAX_JSON_CONTAINERS: usize = 2_000_000;
 
 /// The nesting depth of a value (a scalar is 0, `{}` and `[]` are 1), found without recursion,
 /// and without looking further down than `stop_at`.

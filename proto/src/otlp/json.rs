@@ -15,6 +15,10 @@ use crate::limits::{MAX_SPANS_PER_REQUEST, MAX_VALUES_PER_REQUEST};
 /// Decodes an OTLP/JSON body.
 pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError> {
     let bad = |e: serde_json::Error| ProtoError::invalid(format!("invalid OTLP/JSON body: {e}"));
+    // Counted in the text first: parsing itself is where empty objects grow 30-fold.
+    if crate::limits::json_shape(body, usize::MAX).containers > MAX_VALUES_PER_REQUEST {
+        return Err(too_many_values());
+    }
     let mut v: Value = serde_json::from_slice(body).map_err(bad)?;
     if !v.is_object() {
         return Err(ProtoError::invalid("invalid OTLP/JSON body: expected an object"));
@@ -24,24 +28,20 @@ pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError>
     serde_json::from_value(v).map_err(bad)
 }
 
-/// The bounds of [`crate::limits`] on spans and values, checked on the parsed JSON before it is
-/// converted into the (larger) OTLP structs. Every object and array counts as a value.
+/// The bound of [`crate::limits`] on spans, checked on the parsed JSON before it is converted
+/// into the (larger) OTLP structs; values were counted in the text already.
 fn check_counts(v: &Value) -> Result<(), ProtoError> {
-    let (mut spans, mut values) = (0usize, 0usize);
+    let mut spans = 0usize;
     let mut stack = vec![v];
     while let Some(v) = stack.pop() {
         match v {
             Value::Object(map) => {
-                values += 1;
                 if let Some(Value::Array(s)) = map.get("spans") {
                     spans += s.len();
                 }
                 stack.extend(map.values());
             }
-            Value::Array(items) => {
-                values += 1;
-                stack.extend(items);
-            }
+            Value::Array(items) => stack.extend(items),
             _ => {}
         }
     }
@@ -50,13 +50,14 @@ fn check_counts(v: &Value) -> Result<(), ProtoError> {
             "the request has more than {MAX_SPANS_PER_REQUEST} spans: send fewer per request"
         )));
     }
-    if values > MAX_VALUES_PER_REQUEST {
-        return Err(ProtoError::invalid(format!(
-            "the request has more than {MAX_VALUES_PER_REQUEST} attributes, events, links and \
-             values together: send fewer spans per request"
-        )));
-    }
     Ok(())
+}
+
+fn too_many_values() -> ProtoError {
+    ProtoError::invalid(format!(
+        "the request has more than {MAX_VALUES_PER_REQUEST} attributes, events, links and \
+         values together: send fewer spans per request"
+    ))
 }
 
 fn camel_case(key: &str) -> String {
