@@ -229,7 +229,7 @@ impl HttpArgs {
 /// A positive number of seconds, fractions allowed.
 fn secs(s: &str) -> Result<Duration, String> {
     let secs: f64 = s.parse().map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
-    if !(secs > 0.0) {
+    if secs.is_nan() || secs <= 0.0 {
         return Err(format!("{s:?}: expected a positive number of seconds"));
     }
     Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))

@@ -1,5 +1,6 @@
 //! Composes the roles' routes into one service with the cross-cutting layers: body limit,
-//! auth-free `/health`, JSON 404/405 answers, and panic containment.
+//! auth-free `/health`, JSON 404/405 answers, and panic containment; and serves it, and
+//! OTLP/gRPC, with the network limits of `src/net` (`docs/limits.md`, "Network limits").
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -92,7 +93,7 @@ pub struct HttpLimits {
 }
 
 impl HttpLimits {
-    /// The defaults, for the `consume` role's small server (the API roles take flags).
+    /// The defaults (as `heddle serve`'s flags), for the `consume` role's small server.
     pub fn defaults() -> HttpLimits {
         HttpLimits {
             conn: ConnLimits {
