@@ -17,6 +17,7 @@ use heddle_store::clickhouse::ClickHouseStore;
 use heddle_store::sqlite::{SqliteOptions, SqliteStore};
 
 mod keys;
+mod net;
 mod server;
 
 #[derive(Parser)]
@@ -195,6 +196,49 @@ struct HttpArgs {
     /// A GeoIP database (MaxMind DB format, e.g. GeoLite2-City.mmdb) for `/geolocate`.
     #[arg(long, env = "HEDDLE_GEOIP_DB")]
     geoip_db: Option<PathBuf>,
+    /// Open HTTP connections at most; at the cap a new one evicts the longest-idle one
+    /// [default: 4096, or half the open-files limit less 256 if that is lower].
+    #[arg(long, env = "HEDDLE_HTTP_MAX_CONNECTIONS")]
+    http_max_connections: Option<usize>,
+    /// Seconds a client has to send a request's headers: the first after connecting, and on
+    /// HTTP/1.1 each next one on a kept-alive connection.
+    #[arg(long, env = "HEDDLE_HTTP_HEADER_TIMEOUT_SECS", default_value = "30", value_parser = secs)]
+    http_header_timeout_secs: Duration,
+    /// Seconds a request's body has to arrive in full after its headers (408 otherwise).
+    #[arg(long, env = "HEDDLE_HTTP_BODY_TIMEOUT_SECS", default_value = "60", value_parser = secs)]
+    http_body_timeout_secs: Duration,
+    /// Seconds a connection with no request in progress stays open.
+    #[arg(long, env = "HEDDLE_HTTP_IDLE_TIMEOUT_SECS", default_value = "60", value_parser = secs)]
+    http_idle_timeout_secs: Duration,
+}
+
+impl HttpArgs {
+    fn limits(&self) -> server::HttpLimits {
+        let defaults = server::HttpLimits::defaults();
+        server::HttpLimits {
+            conn: net::ConnLimits {
+                max_connections: self.http_max_connections.unwrap_or(defaults.conn.max_connections),
+                header_timeout: self.http_header_timeout_secs,
+                idle_timeout: self.http_idle_timeout_secs,
+                ..defaults.conn
+            },
+            body_timeout: self.http_body_timeout_secs,
+        }
+    }
+}
+
+/// A positive number of seconds, fractions allowed.
+fn secs(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s.parse().map_err(|e| format!("{s:?} is not a number of seconds: {e}"))?;
+    if secs.is_nan() || secs <= 0.0 {
+        return Err(format!("{s:?}: expected a positive number of seconds"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s:?}: {e}"))
+}
+
+/// Like [`secs`], with 0 (for "never") allowed.
+fn secs_or_zero(s: &str) -> Result<Duration, String> {
+    if s.trim().parse::<f64>() == Ok(0.0) { Ok(Duration::ZERO) } else { secs(s) }
 }
 
 /// OTLP/gRPC, served by the roles that ingest (OTLP/HTTP is on the main port).
@@ -206,6 +250,55 @@ struct OtlpArgs {
     /// Largest accepted OTLP/gRPC message, in bytes, after decompression.
     #[arg(long, env = "HEDDLE_OTLP_GRPC_MAX_MESSAGE_BYTES", default_value_t = 64 * 1024 * 1024)]
     otlp_grpc_max_message_bytes: usize,
+    /// Open OTLP/gRPC connections at most; at the cap a new one evicts the longest-idle one
+    /// [default: 1024, or a quarter of the open-files limit less 256 if that is lower].
+    #[arg(long, env = "HEDDLE_OTLP_GRPC_MAX_CONNECTIONS")]
+    otlp_grpc_max_connections: Option<usize>,
+    /// Seconds a new OTLP/gRPC connection has to send its first request's headers.
+    #[arg(long, env = "HEDDLE_OTLP_GRPC_HEADER_TIMEOUT_SECS", default_value = "30", value_parser = secs)]
+    otlp_grpc_header_timeout_secs: Duration,
+    /// Seconds an OTLP/gRPC connection with no export in progress stays open.
+    #[arg(long, env = "HEDDLE_OTLP_GRPC_IDLE_TIMEOUT_SECS", default_value = "60", value_parser = secs)]
+    otlp_grpc_idle_timeout_secs: Duration,
+    /// Seconds one export may take, receiving included (DEADLINE_EXCEEDED after).
+    #[arg(long, env = "HEDDLE_OTLP_GRPC_TIMEOUT_SECS", default_value = "30", value_parser = secs)]
+    otlp_grpc_timeout_secs: Duration,
+    /// Exports one connection may have in progress at once; more wait for their turn.
+    #[arg(long, env = "HEDDLE_OTLP_GRPC_CONCURRENCY_PER_CONNECTION", default_value_t = 32)]
+    otlp_grpc_concurrency_per_connection: usize,
+    /// HTTP/2 streams one connection may have open at once.
+    #[arg(long, env = "HEDDLE_OTLP_GRPC_MAX_CONCURRENT_STREAMS", default_value_t = 100)]
+    otlp_grpc_max_concurrent_streams: u32,
+    /// Seconds between HTTP/2 keep-alive pings on a connection (0: no pings).
+    #[arg(long, env = "HEDDLE_OTLP_GRPC_KEEPALIVE_INTERVAL_SECS", default_value = "30",
+          value_parser = secs_or_zero)]
+    otlp_grpc_keepalive_interval_secs: Duration,
+    /// Seconds a keep-alive ping may go unanswered before the connection is closed.
+    #[arg(long, env = "HEDDLE_OTLP_GRPC_KEEPALIVE_TIMEOUT_SECS", default_value = "20",
+          value_parser = secs)]
+    otlp_grpc_keepalive_timeout_secs: Duration,
+}
+
+impl OtlpArgs {
+    fn limits(&self) -> server::GrpcLimits {
+        let max_connections = self
+            .otlp_grpc_max_connections
+            .unwrap_or_else(|| net::default_max_connections(1024, 0.25));
+        server::GrpcLimits {
+            conn: net::ConnLimits {
+                max_connections,
+                header_timeout: self.otlp_grpc_header_timeout_secs,
+                idle_timeout: self.otlp_grpc_idle_timeout_secs,
+                http2_only: true,
+                max_concurrent_streams: self.otlp_grpc_max_concurrent_streams.max(1),
+                keepalive_interval: Some(self.otlp_grpc_keepalive_interval_secs)
+                    .filter(|interval| !interval.is_zero()),
+                keepalive_timeout: self.otlp_grpc_keepalive_timeout_secs,
+            },
+            request_timeout: self.otlp_grpc_timeout_secs,
+            concurrency_per_connection: self.otlp_grpc_concurrency_per_connection.max(1),
+        }
+    }
 }
 
 #[tokio::main]
@@ -217,6 +310,8 @@ async fn main() -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
+    let open_files = net::raise_open_files_limit();
+    tracing::debug!(open_files, "open-files limit");
     match Cli::parse().command {
         Command::Serve { http, otlp, store, kafka, consumer } => {
             let store = open_store(&store).await?;
@@ -257,7 +352,7 @@ async fn main() -> anyhow::Result<()> {
             println!("heddle consumer metrics on http://{}", listener.local_addr()?);
             tokio::select! {
                 consumed = pipeline.run(server::shutdown_signal()) => Ok(consumed?),
-                served = server::run(listener, app) => served,
+                () = server::run(listener, app, server::HttpLimits::defaults()) => Ok(()),
             }
         }
         Command::Query { http, store } => {
@@ -315,6 +410,7 @@ async fn serve(
         .await
         .with_context(|| format!("binding {}", args.listen))?;
     let url = format!("http://{}", listener.local_addr()?);
+    let limits = args.limits();
     let admin_key = args.api_key.filter(|k| !k.is_empty());
     if admin_key.is_none() && !store.has_admin_key().await? {
         let key = generate_key();
@@ -335,21 +431,19 @@ async fn serve(
         server::app(store, calls, admin_key.as_deref(), args.max_body_bytes, geoip, roles);
     println!("heddle listening on {url}");
     let (Some(otlp), Some(ingest)) = (otlp, otlp_ingest) else {
-        return server::run(listener, app).await;
+        server::run(listener, app, limits).await;
+        return Ok(());
     };
     let grpc_listener = tokio::net::TcpListener::bind(otlp.otlp_grpc_listen)
         .await
         .with_context(|| format!("binding {} for OTLP/gRPC", otlp.otlp_grpc_listen))?;
     println!("heddle OTLP/gRPC listening on http://{}", grpc_listener.local_addr()?);
-    let grpc = ingest.serve_grpc(
-        grpc_listener,
-        otlp.otlp_grpc_max_message_bytes,
-        server::shutdown_signal(),
+    let routes = ingest.grpc_service(otlp.otlp_grpc_max_message_bytes);
+    tokio::join!(
+        server::run(listener, app, limits),
+        server::run_grpc(grpc_listener, routes, otlp.limits()),
     );
-    tokio::select! {
-        served = server::run(listener, app) => served,
-        served = grpc => Ok(served.context("serving OTLP/gRPC")?),
-    }
+    Ok(())
 }
 
 #[cfg(test)]

@@ -1,12 +1,13 @@
 //! Composes the roles' routes into one service with the cross-cutting layers: body limit,
-//! auth-free `/health`, JSON 404/405 answers, and panic containment.
+//! auth-free `/health`, JSON 404/405 answers, and panic containment; and serves it, and
+//! OTLP/gRPC, with the network limits of `src/net` (`docs/limits.md`, "Network limits").
 
-use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::extract::DefaultBodyLimit;
 use axum::http::StatusCode;
-use axum::http::header;
+use axum::http::{Request, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
@@ -15,7 +16,12 @@ use heddle_ingest::metrics::Metrics;
 use heddle_ingest::otlp::OtlpIngest;
 use heddle_query::GeoIp;
 use heddle_store::Store;
+use hyper::body::Incoming;
+use tower::ServiceExt;
+use tower::limit::ConcurrencyLimit;
 use tower_http::catch_panic::CatchPanicLayer;
+
+use crate::net::{self, ConnLimits};
 
 /// Which route sets a process serves.
 #[derive(Clone)]
@@ -78,11 +84,74 @@ fn panic_response(_: Box<dyn std::any::Any + Send + 'static>) -> Response {
     ApiError::Internal("internal error while handling the request".into()).into_response()
 }
 
-pub async fn run(listener: tokio::net::TcpListener, app: Router) -> anyhow::Result<()> {
-    axum::serve(listener, app.into_make_service_with_connect_info::<SocketAddr>())
-        .with_graceful_shutdown(shutdown_signal())
-        .await?;
-    Ok(())
+/// The HTTP port's network limits (`docs/limits.md`, "Network limits").
+#[derive(Debug, Clone)]
+pub struct HttpLimits {
+    pub conn: ConnLimits,
+    /// A request's body must have arrived in full this long after its headers (408 otherwise).
+    pub body_timeout: Duration,
+}
+
+impl HttpLimits {
+    /// The defaults (as `heddle serve`'s flags), for the `consume` role's small server.
+    pub fn defaults() -> HttpLimits {
+        HttpLimits {
+            conn: ConnLimits {
+                max_connections: net::default_max_connections(4096, 0.5),
+                header_timeout: Duration::from_secs(30),
+                idle_timeout: Duration::from_secs(60),
+                http2_only: false,
+                max_concurrent_streams: 200,
+                keepalive_interval: None,
+                keepalive_timeout: Duration::from_secs(20),
+            },
+            body_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Serves the HTTP API on `listener` until a shutdown signal.
+pub async fn run(listener: tokio::net::TcpListener, app: Router, limits: HttpLimits) {
+    let app = app.layer(axum::middleware::from_fn_with_state(
+        limits.body_timeout,
+        net::body_deadline::enforce,
+    ));
+    net::serve(listener, move || app.clone(), limits.conn, shutdown_signal()).await;
+}
+
+/// The OTLP/gRPC port's network limits (`docs/limits.md`, "Network limits").
+#[derive(Debug, Clone)]
+pub struct GrpcLimits {
+    pub conn: ConnLimits,
+    /// A whole export (receiving, decoding and storing it) must finish within this.
+    pub request_timeout: Duration,
+    /// Exports one connection may have in progress at once; more wait for their turn.
+    pub concurrency_per_connection: usize,
+}
+
+/// Serves OTLP/gRPC (`routes`, see `OtlpIngest::grpc_service`) on `listener` until a shutdown
+/// signal. An export past its timeout fails with DEADLINE_EXCEEDED.
+pub async fn run_grpc(
+    listener: tokio::net::TcpListener,
+    routes: tonic::service::Routes,
+    limits: GrpcLimits,
+) {
+    let timeout = limits.request_timeout;
+    let per_connection = move || {
+        let limited = ConcurrencyLimit::new(routes.clone(), limits.concurrency_per_connection);
+        tower::service_fn(move |req: Request<Incoming>| {
+            let call = limited.clone().oneshot(req);
+            async move {
+                let Ok(response) = tokio::time::timeout(timeout, call).await else {
+                    let msg =
+                        format!("the export did not finish within {} s", timeout.as_secs_f64());
+                    return Ok(tonic::Status::deadline_exceeded(msg).into_http());
+                };
+                response
+            }
+        })
+    };
+    net::serve(listener, per_connection, limits.conn, shutdown_signal()).await;
 }
 
 pub async fn shutdown_signal() {

@@ -21,7 +21,7 @@ const T0: u64 = 1_763_700_000_000_000_000;
 /// The server answers `/health` and is not much bigger than `before_kib` (`slack_mib` more).
 #[track_caller]
 fn assert_small(server: &Server, before_kib: u64, slack_mib: u64) {
-    let after = server.rss_kib();
+    let after = server.memory_kib("VmRSS");
     assert!(
         after < before_kib + slack_mib * 1024,
         "RSS grew from {before_kib} KiB to {after} KiB (allowed {slack_mib} MiB)"
@@ -70,7 +70,7 @@ fn export(spans: Vec<Span>) -> ExportTraceServiceRequest {
 async fn a_dotted_key_bomb_rejects_only_its_span() {
     let server = Server::start();
     let api = server.admin();
-    let before = server.rss_kib();
+    let before = server.memory_kib("VmRSS");
     let project = format!("adv/otlp-{}", uid());
     let bomb = vec!["a"; 10_000].join(".");
     let many = vec!["b"; 3_000].join(".");
@@ -120,7 +120,7 @@ fn hex(b: &[u8]) -> String {
 async fn empty_span_bombs_are_refused_before_decoding() {
     let server = Server::start();
     let api = server.admin();
-    let before = server.rss_kib();
+    let before = server.memory_kib("VmRSS");
     let mut scope = Vec::new();
     for _ in 0..1_000_000 {
         scope.extend_from_slice(&[0x12, 0x00]);
@@ -211,7 +211,7 @@ async fn refs_read_batch_shares_values_and_bounds_the_answer() {
     let project = format!("adv/refs-{}", uid());
     let big: Vec<Value> = (0..1000).map(|i| json!({"i": i, "pad": "x".repeat(90)})).collect();
     let r = create_obj(&api, &project, "big", json!({"rows": big})).await;
-    let before = server.rss_kib();
+    let before = server.memory_kib("VmRSS");
     let refs = |n: usize| json!({"refs": vec![r.clone(); n]});
     let res = api.post("/refs/read_batch", &refs(1000)).await;
     assert!(res.err(413).contains("fewer refs"));
@@ -236,7 +236,7 @@ async fn expanding_one_large_value_into_many_rows_streams_in_slices() {
         .collect();
     api.complete_calls(&project, calls).await;
     server.wait_visible().await;
-    let before = server.rss_kib();
+    let before = server.memory_kib("VmRSS");
     let rows = api.stream(&json!({"project_id": project, "expand_columns": ["inputs.m"]})).await;
     assert_eq!(rows.len(), 150);
     assert!(rows.iter().all(|c| c["inputs"]["m"]["pad"].as_str().map(str::len) == Some(1 << 20)));

@@ -6,13 +6,16 @@
 //! endpoints (the store, or Kafka) — answering only once they are durable.
 
 use std::collections::{BTreeSet, HashSet};
+use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{HeaderMap, HeaderValue};
+use axum::http::{self, HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Router};
+use futures::future::BoxFuture;
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
 use heddle_proto::ProjectId;
 use heddle_proto::canonical::canonical_json;
@@ -25,6 +28,9 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use prost::Message;
+use tonic::body::Body as GrpcBody;
+use tonic::codegen::Service;
+use tonic::server::NamedService;
 
 /// Placeholder ops this process already wrote; beyond this many, the memory is reset.
 const KNOWN_OPS_LIMIT: usize = 100_000;
@@ -91,25 +97,16 @@ impl OtlpIngest {
         Arc::new(OtlpIngest { state, known_ops: Mutex::default() })
     }
 
-    /// Serves OTLP/gRPC on `listener` until `shutdown`: gzip accepted, messages up to
-    /// `max_message_bytes` (decompressed; larger ones fail with OUT_OF_RANGE).
-    pub async fn serve_grpc(
-        self: Arc<Self>,
-        listener: tokio::net::TcpListener,
-        max_message_bytes: usize,
-        shutdown: impl Future<Output = ()> + Send,
-    ) -> Result<(), tonic::transport::Error> {
-        let service = TraceServiceServer::new(GrpcTraceService(self))
+    /// The OTLP/gRPC `TraceService`: gzip accepted, messages up to `max_message_bytes`
+    /// (decompressed; larger ones fail with OUT_OF_RANGE or RESOURCE_EXHAUSTED). Every request
+    /// is authenticated on its headers before tonic reads, decompresses or decodes the message
+    /// ([`GrpcAuth`]), so a request without a valid key costs no more than its headers.
+    pub fn grpc_service(self: Arc<Self>, max_message_bytes: usize) -> tonic::service::Routes {
+        let service = TraceServiceServer::new(GrpcTraceService(self.clone()))
             .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
             .send_compressed(tonic::codec::CompressionEncoding::Gzip)
             .max_decoding_message_size(max_message_bytes);
-        tonic::transport::Server::builder()
-            .add_service(service)
-            .serve_with_incoming_shutdown(
-                tokio_stream::wrappers::TcpListenerStream::new(listener),
-                shutdown,
-            )
-            .await
+        tonic::service::Routes::new(GrpcAuth { inner: service, state: self.state.clone() })
     }
 
     /// Decodes (with `decode`, on the blocking pool), converts, authorises and stores one
@@ -208,7 +205,53 @@ async fn export_http(
     Ok(format.respond(ingest.export(&who, project, decode).await?))
 }
 
-/// `opentelemetry.proto.collector.trace.v1.TraceService` over gRPC.
+/// Authenticates a gRPC request on its HTTP/2 headers, before the wrapped service touches the
+/// body: a failure is answered UNAUTHENTICATED at once, a success leaves the [`Principal`] in
+/// the request's extensions for [`GrpcTraceService`].
+#[derive(Clone)]
+pub struct GrpcAuth<S> {
+    inner: S,
+    state: Arc<AppState>,
+}
+
+impl<S: NamedService> NamedService for GrpcAuth<S> {
+    const NAME: &'static str = S::NAME;
+}
+
+impl<S> Service<http::Request<GrpcBody>> for GrpcAuth<S>
+where
+    S: Service<http::Request<GrpcBody>, Response = http::Response<GrpcBody>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send,
+{
+    type Response = http::Response<GrpcBody>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // The wrapped service is made ready per request, on its own clone.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, mut req: http::Request<GrpcBody>) -> Self::Future {
+        let mut inner = self.inner.clone();
+        let state = self.state.clone();
+        Box::pin(async move {
+            match state.auth.authenticate(req.headers()).await {
+                Ok(who) => {
+                    req.extensions_mut().insert(who);
+                    std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
+                    inner.call(req).await
+                }
+                Err(e) => Ok(e.grpc_status().into_http()),
+            }
+        })
+    }
+}
+
+/// `opentelemetry.proto.collector.trace.v1.TraceService` over gRPC, behind [`GrpcAuth`].
 pub struct GrpcTraceService(Arc<OtlpIngest>);
 
 #[tonic::async_trait]
@@ -219,7 +262,10 @@ impl TraceService for GrpcTraceService {
     ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
         let headers = request.metadata().clone().into_headers();
         let res = async {
-            let who = self.0.state.auth.authenticate(&headers).await?;
+            // Fails closed if the service is ever mounted without its authentication layer.
+            let who = request.extensions().get::<Principal>().cloned().ok_or_else(|| {
+                ApiError::Unauthorized("the request was not authenticated".into())
+            })?;
             let project = header_project(&headers)?;
             let req = request.into_inner();
             self.0.export(&who, project, move || Ok(req)).await

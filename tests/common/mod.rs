@@ -70,6 +70,8 @@ pub struct Server {
     store_args: Vec<String>,
     /// The flags only `heddle serve` gets (Kafka, and the test's extra arguments).
     serve_args: Vec<String>,
+    /// The soft open-files limit the process starts with, when not inherited.
+    open_files: Option<u64>,
     /// The server's ClickHouse (ClickHouse and distributed modes), dropped after the server.
     clickhouse: Option<clickhouse::ClickHouse>,
     /// The server's Kafka broker (distributed mode), dropped after the server.
@@ -97,6 +99,16 @@ impl Server {
 
     /// Starts `heddle serve` with extra command-line arguments.
     pub fn start_with(extra: &[&str]) -> Server {
+        Server::start_inner(extra, None)
+    }
+
+    /// Starts `heddle serve` with its soft open-files limit lowered to `soft` (the hard limit
+    /// inherited), as a service manager with a low default would start it.
+    pub fn start_with_open_files_limit(soft: u64, extra: &[&str]) -> Server {
+        Server::start_inner(extra, Some(soft))
+    }
+
+    fn start_inner(extra: &[&str], open_files: Option<u64>) -> Server {
         let dir = tempfile::tempdir().expect("tempdir");
         let admin_key = format!("test-admin-{}", uuid::Uuid::new_v4());
         let mode = store_mode();
@@ -129,7 +141,8 @@ impl Server {
             k
         });
         serve_args.extend(extra.iter().map(|a| (*a).to_owned()));
-        let (child, url, grpc_url) = spawn(dir.path(), &admin_key, &store_args, &serve_args);
+        let (child, url, grpc_url) =
+            spawn(dir.path(), &admin_key, &store_args, &serve_args, open_files);
         let mut server = Server {
             url,
             grpc_url,
@@ -139,6 +152,7 @@ impl Server {
             mode,
             store_args,
             serve_args,
+            open_files,
             clickhouse,
             kafka,
             visibility: None,
@@ -170,8 +184,13 @@ impl Server {
     pub fn kill_and_restart(&mut self) {
         self.child.kill().expect("SIGKILL");
         self.child.wait().expect("reaping the killed server");
-        let (child, url, grpc_url) =
-            spawn(self.dir.path(), &self.admin_key, &self.store_args, &self.serve_args);
+        let (child, url, grpc_url) = spawn(
+            self.dir.path(),
+            &self.admin_key,
+            &self.store_args,
+            &self.serve_args,
+            self.open_files,
+        );
         self.child = child;
         self.url = url;
         self.grpc_url = grpc_url;
@@ -189,24 +208,34 @@ impl Server {
         }
     }
 
-    /// The server process's resident memory, in KiB (Linux), for bounds on what one request
-    /// may make it allocate.
-    pub fn rss_kib(&self) -> u64 {
-        let status = std::fs::read_to_string(format!("/proc/{}/status", self.child.id()))
-            .expect("reading the server's /proc status");
-        status
-            .lines()
-            .find_map(|l| l.strip_prefix("VmRSS:"))
-            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-            .expect("VmRSS in /proc status")
-    }
-
     pub fn data_dir(&self) -> std::path::PathBuf {
         self.dir.path().join("data")
     }
 
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// A memory field of `/proc/<pid>/status` in KiB: `VmRSS` (resident now) or `VmHWM` (the
+    /// peak so far).
+    pub fn memory_kib(&self, field: &str) -> u64 {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", self.pid()))
+            .expect("reading the server's /proc status");
+        let line = status
+            .lines()
+            .find_map(|l| l.strip_prefix(field)?.strip_prefix(':'))
+            .unwrap_or_else(|| panic!("no {field} in /proc status"));
+        line.trim().trim_end_matches("kB").trim().parse().expect("a number of kB")
+    }
+
+    /// The server's `/proc/<pid>/limits`.
+    pub fn proc_limits(&self) -> String {
+        std::fs::read_to_string(format!("/proc/{}/limits", self.pid()))
+            .expect("reading the server's /proc limits")
     }
 
     /// `heddle keys create --entity NAME` against this server's store; returns the key.
@@ -282,13 +311,23 @@ fn spawn(
     admin_key: &str,
     store_args: &[String],
     extra: &[String],
+    open_files: Option<u64>,
 ) -> (Child, String, String) {
     let log = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(dir.join("server.log"))
         .expect("log file");
-    let mut child = Command::new(BIN)
+    let mut command = Command::new(BIN);
+    if let Some(soft) = open_files {
+        use std::os::unix::process::CommandExt;
+        let (_, hard) = rlimit::getrlimit(rlimit::Resource::NOFILE).expect("getrlimit");
+        // SAFETY: setrlimit is async-signal-safe, and the closure allocates nothing.
+        unsafe {
+            command.pre_exec(move || rlimit::setrlimit(rlimit::Resource::NOFILE, soft, hard));
+        }
+    }
+    let mut child = command
         .arg("serve")
         .args(["--listen", "127.0.0.1:0", "--api-key", admin_key])
         .args(["--otlp-grpc-listen", "127.0.0.1:0"])
