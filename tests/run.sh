@@ -57,6 +57,7 @@ step "HTTP conformance tests on the ClickHouse store"
 HEDDLE_TEST_STORE=clickhouse cargo test --test http_calls --test http_objects_files \
     --test http_objects_query --test http_tables_refs --test http_expand --test http_otlp \
     --test http_feedback --test http_costs_threads --test http_service_auth --test restart \
+    --test adversarial_input \
     --test keys
 
 step "HTTP conformance tests on the distributed store (Kafka + ClickHouse)"
@@ -65,6 +66,7 @@ step "HTTP conformance tests on the distributed store (Kafka + ClickHouse)"
 HEDDLE_TEST_STORE=distributed cargo test --test http_calls --test http_objects_files \
     --test http_objects_query --test http_tables_refs --test http_expand --test http_otlp \
     --test http_feedback --test http_costs_threads --test http_service_auth --test restart \
+    --test adversarial_input \
     --test keys
 
 step "real-client tests (weave SDK)"

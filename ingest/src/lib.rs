@@ -3,6 +3,7 @@
 //! moves Kafka into the store in batches.
 
 pub mod consumer;
+mod grpc;
 pub mod http;
 pub mod metrics;
 pub mod otlp;

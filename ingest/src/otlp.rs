@@ -6,31 +6,22 @@
 //! endpoints (the store, or Kafka) — answering only once they are durable.
 
 use std::collections::{BTreeSet, HashSet};
-use std::convert::Infallible;
 use std::sync::{Arc, Mutex};
-use std::task::{Context, Poll};
 
 use axum::http::header::CONTENT_TYPE;
-use axum::http::{self, HeaderMap, HeaderValue};
+use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Router};
-use futures::future::BoxFuture;
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
 use heddle_proto::ProjectId;
 use heddle_proto::canonical::canonical_json;
 use heddle_proto::otlp::{self, op};
 use heddle_store::NewObject;
-use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
-    TraceService, TraceServiceServer,
-};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use prost::Message;
-use tonic::body::Body as GrpcBody;
-use tonic::codegen::Service;
-use tonic::server::NamedService;
 
 /// Placeholder ops this process already wrote; beyond this many, the memory is reset.
 const KNOWN_OPS_LIMIT: usize = 100_000;
@@ -84,7 +75,7 @@ impl Format {
 }
 
 /// The `project_id: <entity>/<project>` header, when sent.
-fn header_project(headers: &HeaderMap) -> Result<Option<ProjectId>, ApiError> {
+pub(crate) fn header_project(headers: &HeaderMap) -> Result<Option<ProjectId>, ApiError> {
     match headers.get("project_id").map(|v| v.to_str()) {
         None => Ok(None),
         Some(Ok(s)) => Ok(Some(ProjectId::parse(s.trim())?)),
@@ -93,6 +84,10 @@ fn header_project(headers: &HeaderMap) -> Result<Option<ProjectId>, ApiError> {
 }
 
 impl OtlpIngest {
+    pub(crate) fn state(&self) -> &AppState {
+        &self.state
+    }
+
     pub fn new(state: Arc<AppState>) -> Arc<OtlpIngest> {
         Arc::new(OtlpIngest { state, known_ops: Mutex::default() })
     }
@@ -100,18 +95,14 @@ impl OtlpIngest {
     /// The OTLP/gRPC `TraceService`: gzip accepted, messages up to `max_message_bytes`
     /// (decompressed; larger ones fail with OUT_OF_RANGE or RESOURCE_EXHAUSTED). Every request
     /// is authenticated on its headers before tonic reads, decompresses or decodes the message
-    /// ([`GrpcAuth`]), so a request without a valid key costs no more than its headers.
+    /// (`crate::grpc`), so a request without a valid key costs no more than its headers.
     pub fn grpc_service(self: Arc<Self>, max_message_bytes: usize) -> tonic::service::Routes {
-        let service = TraceServiceServer::new(GrpcTraceService(self.clone()))
-            .accept_compressed(tonic::codec::CompressionEncoding::Gzip)
-            .send_compressed(tonic::codec::CompressionEncoding::Gzip)
-            .max_decoding_message_size(max_message_bytes);
-        tonic::service::Routes::new(GrpcAuth { inner: service, state: self.state.clone() })
+        crate::grpc::routes(self, max_message_bytes)
     }
 
     /// Decodes (with `decode`, on the blocking pool), converts, authorises and stores one
     /// export request; the answer carries the rejected spans.
-    async fn export(
+    pub(crate) async fn export(
         &self,
         who: &Principal,
         header_project: Option<ProjectId>,
@@ -203,73 +194,4 @@ async fn export_http(
     let (bytes, _admitted) = admit_and_decode(&ingest.state, body).await?;
     let decode = move || format.decode(&bytes);
     Ok(format.respond(ingest.export(&who, project, decode).await?))
-}
-
-/// Authenticates a gRPC request on its HTTP/2 headers, before the wrapped service touches the
-/// body: a failure is answered UNAUTHENTICATED at once, a success leaves the [`Principal`] in
-/// the request's extensions for [`GrpcTraceService`].
-#[derive(Clone)]
-pub struct GrpcAuth<S> {
-    inner: S,
-    state: Arc<AppState>,
-}
-
-impl<S: NamedService> NamedService for GrpcAuth<S> {
-    const NAME: &'static str = S::NAME;
-}
-
-impl<S> Service<http::Request<GrpcBody>> for GrpcAuth<S>
-where
-    S: Service<http::Request<GrpcBody>, Response = http::Response<GrpcBody>, Error = Infallible>
-        + Clone
-        + Send
-        + 'static,
-    S::Future: Send,
-{
-    type Response = http::Response<GrpcBody>;
-    type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Self::Response, Infallible>>;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
-        // The wrapped service is made ready per request, on its own clone.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, mut req: http::Request<GrpcBody>) -> Self::Future {
-        let mut inner = self.inner.clone();
-        let state = self.state.clone();
-        Box::pin(async move {
-            match state.auth.authenticate(req.headers()).await {
-                Ok(who) => {
-                    req.extensions_mut().insert(who);
-                    std::future::poll_fn(|cx| inner.poll_ready(cx)).await?;
-                    inner.call(req).await
-                }
-                Err(e) => Ok(e.grpc_status().into_http()),
-            }
-        })
-    }
-}
-
-/// `opentelemetry.proto.collector.trace.v1.TraceService` over gRPC, behind [`GrpcAuth`].
-pub struct GrpcTraceService(Arc<OtlpIngest>);
-
-#[tonic::async_trait]
-impl TraceService for GrpcTraceService {
-    async fn export(
-        &self,
-        request: tonic::Request<ExportTraceServiceRequest>,
-    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
-        let headers = request.metadata().clone().into_headers();
-        let res = async {
-            // Fails closed if the service is ever mounted without its authentication layer.
-            let who = request.extensions().get::<Principal>().cloned().ok_or_else(|| {
-                ApiError::Unauthorized("the request was not authenticated".into())
-            })?;
-            let project = header_project(&headers)?;
-            let req = request.into_inner();
-            self.0.export(&who, project, move || Ok(req)).await
-        };
-        res.await.map(tonic::Response::new).map_err(|e| e.grpc_status())
-    }
 }
