@@ -468,6 +468,15 @@ mod tests {
         async fn has_admin_key(&self) -> Result<bool> {
             self.inner.has_admin_key().await
         }
+        async fn put_blob(&self, p: &ProjectId, d: &str, c: Bytes) -> Result<()> {
+            self.inner.put_blob(p, d, c).await
+        }
+        async fn read_blob(&self, p: &ProjectId, d: &str, size: u64) -> Result<Bytes> {
+            self.inner.read_blob(p, d, size).await
+        }
+        async fn probe_write(&self) -> Result<()> {
+            self.inner.probe_write().await
+        }
     }
 
     async fn object(store: &Counting, p: &ProjectId, name: &str, val: Value) -> String {

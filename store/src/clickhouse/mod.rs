@@ -7,6 +7,7 @@
 //! `sql::CALLS_AGG`). Objects need a version index per new digest, which ClickHouse cannot
 //! assign atomically: see [`ClickHouseStore::create_object`].
 
+mod blobs;
 pub mod migrations;
 mod rows;
 pub mod sql;
@@ -711,6 +712,18 @@ impl Store for ClickHouseStore {
         let n: u64 =
             Sql::new(sql::ANY_ADMIN_KEY).query(&self.client).fetch_one().await.map_err(backend)?;
         Ok(n > 0)
+    }
+
+    async fn put_blob(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()> {
+        self.put_blob_chunks(project, digest, content).await
+    }
+
+    async fn read_blob(&self, project: &ProjectId, digest: &str, size: u64) -> Result<Bytes> {
+        self.read_blob_chunks(project, digest, size).await
+    }
+
+    async fn probe_write(&self) -> Result<()> {
+        self.probe().await
     }
 }
 

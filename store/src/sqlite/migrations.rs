@@ -12,6 +12,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0004_tables.sql"),
     include_str!("migrations/0005_feedback.sql"),
     include_str!("migrations/0006_costs.sql"),
+    include_str!("migrations/0007_blobs.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -56,10 +57,12 @@ mod tests {
             tables,
             [
                 "api_keys",
+                "call_blob_chunks",
                 "calls",
                 "feedback",
                 "file_chunks",
                 "files",
+                "heddle_health",
                 "llm_token_prices",
                 "objects",
                 "table_rows",
