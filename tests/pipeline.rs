@@ -275,6 +275,11 @@ async fn clickhouse_down_for_a_while_then_the_consumer_catches_up() {
     // Ingest keeps acknowledging into Kafka while ClickHouse is gone; nothing is committed.
     d.clickhouse.as_mut().unwrap().stop();
     acked.extend(send(&ingest, 8, 25).await);
+    // Except a call too large for a Kafka record: its blob needs the store, so it is refused
+    // with 503 (retry later), not acknowledged.
+    let big = json!({ "batch": [big_call(&uid(), 2_000_000)] });
+    let r = ingest.post("/v2/pipe/line/calls/complete", &big).await;
+    assert!(r.err(503).contains("not stored"), "{}", r.text());
     // The consumer sees the outage (its write probe fails) and holds the batch.
     let deadline = Instant::now() + Duration::from_secs(60);
     while metric(&metrics, "heddle_consumer_store_up").await != Some(0.0) {
