@@ -249,25 +249,31 @@ impl KafkaSink {
         for r in refused {
             let batch = CallPartBatch::decode(&r.payload[..])
                 .map_err(|e| ApiError::Internal(format!("re-reading a record: {e}")))?;
-            for part in batch.parts {
-                if part.offloaded.is_some() {
-                    return Err(reference_too_large(&part.id));
+            for mut part in batch.parts {
+                if part.offloaded.is_none() {
+                    let off = offload(part).map_err(|e| ApiError::Internal(e.to_string()))?;
+                    part = off.reference.clone();
+                    blobs.push(off);
                 }
-                let off = offload(part).map_err(|e| ApiError::Internal(e.to_string()))?;
+                let key = r.key.clone();
                 records.push(Record {
                     partition: r.partition,
-                    key: r.key.clone(),
-                    payload: encode_records([off.reference.clone()]),
-                    ids: vec![off.reference.id.clone()],
+                    key,
+                    payload: encode_records([part]),
                 });
-                blobs.push(off);
             }
         }
         self.put_blobs(blobs).await?;
         for (rec, result) in records.iter().zip(self.produce(&records).await) {
             match result {
                 Ok(()) => {}
-                Err(e) if is_too_large(&e) => return Err(reference_too_large(&rec.ids[0])),
+                Err(e) if is_too_large(&e) => {
+                    let id = CallPartBatch::decode(&rec.payload[..])
+                        .ok()
+                        .and_then(|b| b.parts.into_iter().next())
+                        .map_or_else(String::new, |p| p.id);
+                    return Err(reference_too_large(&id));
+                }
                 Err(e) => return Err(self.failed(&e)),
             }
         }
@@ -278,12 +284,11 @@ impl KafkaSink {
 /// Blob writes one request runs at once.
 const BLOB_WRITES: usize = 4;
 
-/// One Kafka record to produce, and the calls in it.
+/// One Kafka record to produce.
 struct Record {
     partition: i32,
     key: String,
     payload: Vec<u8>,
-    ids: Vec<String>,
 }
 
 /// What one request becomes: the blobs to store first, then the records.
@@ -328,8 +333,7 @@ fn plan(parts: Vec<CallPart>, partitions: u32, max_record_bytes: usize) -> Resul
 
 fn record(partition: usize, parts: Vec<CallPartRecord>) -> Record {
     let key = parts[0].trace_id.clone().unwrap_or_else(|| parts[0].id.clone());
-    let ids = parts.iter().map(|p| p.id.clone()).collect();
-    Record { partition: partition as i32, key, payload: encode_records(parts), ids }
+    Record { partition: partition as i32, key, payload: encode_records(parts) }
 }
 
 fn is_too_large(e: &KafkaError) -> bool {
