@@ -119,7 +119,8 @@ struct KafkaArgs {
     /// How long a write may wait for Kafka's acknowledgement before it fails with 503.
     #[arg(long, env = "HEDDLE_KAFKA_DELIVERY_TIMEOUT_MS", default_value_t = 5000)]
     kafka_delivery_timeout_ms: u64,
-    /// Records are cut at about this many bytes (the broker's message.max.bytes must allow it).
+    /// Records are cut at about this many bytes (the broker's message.max.bytes must allow it);
+    /// a call part larger than this is stored as a blob and travels as a reference.
     #[arg(long, env = "HEDDLE_KAFKA_MAX_RECORD_BYTES", default_value_t = 900_000)]
     kafka_max_record_bytes: usize,
     /// A librdkafka property KEY=VALUE for every Kafka client (TLS/SASL, session.timeout.ms,
@@ -157,6 +158,12 @@ struct ConsumerArgs {
     /// Flush this long after a batch's first record, at the latest.
     #[arg(long, env = "HEDDLE_BATCH_WAIT_MS", default_value_t = 250)]
     batch_wait_ms: u64,
+    /// Tries of a failing store write (backoff 100 ms, doubling) before the consumer probes the
+    /// store: down → keep retrying (capped at 10 s); healthy → bisect and dead-letter the records
+    /// that still fail alone.
+    #[arg(long, env = "HEDDLE_CONSUMER_MAX_ATTEMPTS", default_value_t = 4,
+          value_parser = clap::value_parser!(u32).range(1..))]
+    consumer_max_attempts: u32,
 }
 
 /// The `consume` role's own small HTTP server.
@@ -176,6 +183,13 @@ impl ConsumerArgs {
             max_records: self.batch_records.max(1),
             max_bytes: self.batch_bytes.max(1),
             max_wait: Duration::from_millis(self.batch_wait_ms),
+        }
+    }
+
+    fn retry(&self) -> heddle_ingest::batch_store::RetryPolicy {
+        heddle_ingest::batch_store::RetryPolicy {
+            max_attempts: self.consumer_max_attempts,
+            ..Default::default()
         }
     }
 }
@@ -320,7 +334,7 @@ async fn main() -> anyhow::Result<()> {
             }
             let metrics = Arc::new(Metrics::new());
             let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
-            let sink = kafka_sink(&kafka, metrics.clone())?;
+            let sink = kafka_sink(&kafka, store.clone(), metrics.clone())?;
             let consuming = tokio::spawn(pipeline.run(std::future::pending()));
             let roles = server::Roles { metrics: Some(metrics), ..server::Roles::ALL };
             tokio::select! {
@@ -330,9 +344,10 @@ async fn main() -> anyhow::Result<()> {
         }
         Command::Ingest { http, otlp, store, kafka } => {
             let metrics = Arc::new(Metrics::new());
-            let sink = kafka_sink(&kafka, metrics.clone())?;
+            let store = open_store(&store).await?;
+            let sink = kafka_sink(&kafka, store.clone(), metrics.clone())?;
             let roles = server::Roles { metrics: Some(metrics), ..server::Roles::INGEST };
-            serve(http, Some(otlp), open_store(&store).await?, Some(sink), roles).await
+            serve(http, Some(otlp), store, Some(sink), roles).await
         }
         Command::Consume { store, kafka, consumer, http } => {
             let store = open_store(&store).await?;
@@ -367,8 +382,15 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-fn kafka_sink(kafka: &KafkaArgs, metrics: Arc<Metrics>) -> anyhow::Result<Arc<dyn CallSink>> {
-    Ok(Arc::new(KafkaSink::new(kafka.config()?, metrics).context("creating the Kafka producer")?))
+/// The Kafka producer; large call parts go to `store` as blobs (docs/distributed.md).
+fn kafka_sink(
+    kafka: &KafkaArgs,
+    store: Arc<dyn Store>,
+    metrics: Arc<Metrics>,
+) -> anyhow::Result<Arc<dyn CallSink>> {
+    let sink =
+        KafkaSink::new(kafka.config()?, store, metrics).context("creating the Kafka producer")?;
+    Ok(Arc::new(sink))
 }
 
 fn consumer_pipeline(
@@ -377,8 +399,15 @@ fn consumer_pipeline(
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
 ) -> anyhow::Result<Pipeline> {
-    Pipeline::new(kafka.config()?, &consumer.consumer_group, consumer.limits(), store, metrics)
-        .context("creating the Kafka consumer")
+    Pipeline::new(
+        kafka.config()?,
+        &consumer.consumer_group,
+        consumer.limits(),
+        consumer.retry(),
+        store,
+        metrics,
+    )
+    .context("creating the Kafka consumer")
 }
 
 /// Opens the configured store and brings its schema up to date.

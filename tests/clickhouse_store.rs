@@ -36,10 +36,12 @@ async fn migrations_apply_once_and_are_idempotent() {
         [
             "api_key_revocations",
             "api_keys",
+            "call_blob_chunks",
             "call_parts",
             "feedback",
             "file_chunks",
             "files",
+            "heddle_health",
             "heddle_schema_migrations",
             "llm_token_prices",
             "objects",

@@ -208,7 +208,7 @@ async fn poison_record_goes_to_the_dead_letter_topic_and_the_partition_moves_on(
     let d = Deployment::new();
     let ingest_role = d.start("ingest", &[]);
     let query_role = d.start("query", &[]);
-    let _consumer = d.start("consume", &[]);
+    let consumer = d.start("consume", &[]);
     let (ingest, query) = (d.api(&ingest_role), d.api(&query_role));
 
     let producer: FutureProducer =
@@ -236,10 +236,27 @@ async fn poison_record_goes_to_the_dead_letter_topic_and_the_partition_moves_on(
             .unwrap();
         assert_eq!(m.payload(), Some(&b"\xffnot protobuf"[..]));
         let headers = m.headers().expect("headers");
-        let reason = headers.iter().find(|h| h.key == "heddle-reason").and_then(|h| h.value);
-        reasons.push(String::from_utf8_lossy(reason.expect("a reason")).into_owned());
+        let header = |key: &str| {
+            let value = headers.iter().find(|h| h.key == key).and_then(|h| h.value);
+            String::from_utf8_lossy(value.unwrap_or_else(|| panic!("no {key}"))).into_owned()
+        };
+        assert_eq!(header("heddle-reason-class"), "undecodable");
+        reasons.push(header("heddle-reason"));
     }
     assert!(reasons.iter().all(|r| r.contains("undecodable")), "{reasons:?}");
+    let dead = r#"heddle_dead_lettered_records_total{reason="undecodable"}"#;
+    let dead = metric(&d.api(&consumer), dead).await;
+    assert_eq!(dead, Some(f64::from(common::kafka::PARTITIONS)));
+}
+
+/// The value of a metric line `name value` (or `name{labels} value`) in /metrics, if present.
+async fn metric(api: &Api, name: &str) -> Option<f64> {
+    let r = api.get("/metrics").await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    r.text().lines().find_map(|l| {
+        let (key, value) = l.rsplit_once(' ')?;
+        (key == name).then(|| value.parse().ok()).flatten()
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -247,16 +264,73 @@ async fn clickhouse_down_for_a_while_then_the_consumer_catches_up() {
     let mut d = Deployment::on_clickhouse();
     let ingest_role = d.start("ingest", &[]);
     let query_role = d.start("query", &[]);
-    let _consumer = d.start("consume", &[]);
+    // One attempt before the write probe: an outage must still not be mistaken for bad data.
+    let consumer = d.start("consume", &["--consumer-max-attempts", "1"]);
     let (ingest, query) = (d.api(&ingest_role), d.api(&query_role));
     let mut acked = send(&ingest, 4, 25).await;
     assert_visible_exactly_once(&query, &acked, Duration::from_secs(60)).await;
+    let metrics = d.api(&consumer);
+    assert_eq!(metric(&metrics, "heddle_consumer_store_up").await, Some(1.0));
 
     // Ingest keeps acknowledging into Kafka while ClickHouse is gone; nothing is committed.
     d.clickhouse.as_mut().unwrap().stop();
     acked.extend(send(&ingest, 8, 25).await);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Except a call too large for a Kafka record: its blob needs the store, so it is refused
+    // with 503 (retry later), not acknowledged.
+    let big = json!({ "batch": [big_call(&uid(), 2_000_000)] });
+    let r = ingest.post("/v2/pipe/line/calls/complete", &big).await;
+    assert!(r.err(503).contains("not stored"), "{}", r.text());
+    // The consumer sees the outage (its write probe fails) and holds the batch.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while metric(&metrics, "heddle_consumer_store_up").await != Some(0.0) {
+        assert!(Instant::now() < deadline, "the consumer did not report the store down");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     d.clickhouse.as_mut().unwrap().resume();
     acked.extend(send(&ingest, 4, 25).await);
     assert_visible_exactly_once(&query, &acked, Duration::from_secs(90)).await;
+
+    // Nothing was dead-lettered: the outage was waited out, not bisected into the DLQ.
+    assert_eq!(metric(&metrics, "heddle_consumer_store_up").await, Some(1.0));
+    assert!(metric(&metrics, "heddle_consumer_store_retries_total").await.unwrap() >= 1.0);
+    let text = metrics.get("/metrics").await.text();
+    assert!(!text.contains("heddle_dead_lettered_records_total{"), "{text}");
+    assert!(!text.contains("outcome=\"dead_lettered\""), "{text}");
+}
+
+/// A call of `input_bytes` of text in `/calls/complete` form.
+fn big_call(id: &str, input_bytes: usize) -> Value {
+    json!({
+        "project_id": PROJECT, "id": id, "trace_id": format!("trace-{id}"),
+        "op_name": "weave:///pipe/line/op/big:d", "display_name": null, "parent_id": null,
+        "started_at": "2026-11-21T10:00:00Z", "ended_at": "2026-11-21T10:00:01Z",
+        "attributes": {}, "inputs": {"doc": format!("{id}:{}", "z".repeat(input_bytes))},
+        "output": null, "summary": {}, "exception": null, "thread_id": null, "turn_id": null,
+        "otel_dump": null, "wb_user_id": null, "wb_run_id": null, "wb_run_step": null,
+        "wb_run_step_end": null
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_the_broker_refuses_as_too_large_are_sent_again_offloaded() {
+    let d = Deployment::on_clickhouse();
+    // The Kafka client's own size limit (like a broker's message.max.bytes) far below the
+    // records heddle cuts (900 kB by default): whole records are refused as too large.
+    let ingest_role = d.start("ingest", &["--kafka-option", "message.max.bytes=100000"]);
+    let query_role = d.start("query", &[]);
+    let _consumer = d.start("consume", &[]);
+    let (ingest, query) = (d.api(&ingest_role), d.api(&query_role));
+
+    let ids: Vec<String> = (0..12).map(|_| uid()).collect();
+    let batch: Vec<Value> = ids.iter().map(|id| big_call(id, 60_000)).collect();
+    let r = ingest.post("/v2/pipe/line/calls/complete", &json!({ "batch": batch })).await;
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_visible_exactly_once(&query, &ids, Duration::from_secs(60)).await;
+    for id in &ids {
+        let call = query.read_call(PROJECT, id).await;
+        let doc = call["inputs"]["doc"].as_str().unwrap();
+        assert!(doc == format!("{id}:{}", "z".repeat(60_000)), "{id}: {} bytes", doc.len());
+    }
+    let offloaded = metric(&d.api(&ingest_role), "heddle_offloaded_parts_total").await;
+    assert!(offloaded.unwrap_or(0.0) >= 1.0, "nothing was offloaded: {offloaded:?}");
 }

@@ -1,29 +1,31 @@
 //! Kafka → store, in batches (the `consume` role).
 //!
 //! Stages, each small: collect records until a batch is full by rows, bytes or time → decode
-//! (undecodable records go to the dead-letter topic) → store the batch with one insert whose
-//! deduplication token is derived from the batch's offsets → commit the offsets. Offsets are
-//! committed only after the store acknowledged, so a crash redelivers rather than loses; the
-//! redelivered parts are idempotent upserts, so the repeat is never visible.
+//! (undecodable records go to the dead-letter topic) → cut into groups bounded by their
+//! resolved size → per group: read offloaded parts back from their blobs, store the group with
+//! one insert whose deduplication token is derived from its offsets → commit the offsets.
+//! Offsets are committed only after the store acknowledged, so a crash redelivers rather than
+//! loses; the redelivered parts are idempotent upserts, so the repeat is never visible.
 //!
-//! Retry policy by error type: a store that is down or overloaded is retried (with backoff,
-//! without committing) for as long as it takes; a batch the store rejects as bad data is split in
-//! halves until the poison record is isolated, and that record goes to the dead-letter topic with
-//! the reason, so one bad record cannot block a partition.
+//! Retry policy ([`crate::batch_store`]): a store that is down for everyone is retried with
+//! capped backoff, without committing, for as long as it takes; a batch that keeps failing while
+//! the store takes other writes, or that the store rejects as bad data, is split in halves until
+//! the records at fault are isolated, and those go to the dead-letter topic with the reason, so
+//! one bad record cannot block a partition.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use heddle_proto::calls::CallPart;
-use heddle_proto::record::decode_parts;
-use heddle_store::{Store, StoreError};
+use heddle_proto::record::{RecordPart, decode_record};
+use heddle_store::Store;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::batch_store::{BatchStore, Item, ReasonClass, RetryPolicy, cut_by_bytes};
 use crate::metrics::Metrics;
 use crate::producer::{KafkaConfig, producer_config};
 
@@ -53,7 +55,7 @@ struct Rec {
 pub struct Pipeline {
     consumer: StreamConsumer,
     dlq: FutureProducer,
-    store: Arc<dyn Store>,
+    batches: BatchStore,
     metrics: Arc<Metrics>,
     cfg: KafkaConfig,
     limits: BatchLimits,
@@ -64,6 +66,7 @@ impl Pipeline {
         cfg: KafkaConfig,
         group: &str,
         limits: BatchLimits,
+        retry: RetryPolicy,
         store: Arc<dyn Store>,
         metrics: Arc<Metrics>,
     ) -> Result<Pipeline, ConsumeError> {
@@ -75,7 +78,8 @@ impl Pipeline {
         let consumer: StreamConsumer = cfg.finish(c).create()?;
         consumer.subscribe(&[&cfg.topic])?;
         let dlq = producer_config(&cfg).create()?;
-        Ok(Pipeline { consumer, dlq, store, metrics, cfg, limits })
+        let batches = BatchStore::new(Arc::new(store), metrics.clone(), retry);
+        Ok(Pipeline { consumer, dlq, batches, metrics, cfg, limits })
     }
 
     /// Runs until `shutdown` resolves; the batch in hand is finished first.
@@ -142,79 +146,66 @@ impl Pipeline {
     }
 
     async fn process(&self, batch: Vec<Rec>) -> Result<(), ConsumeError> {
-        let mut good: Vec<(Rec, Vec<CallPart>)> = Vec::with_capacity(batch.len());
-        for rec in batch {
-            match decode_parts(&rec.payload) {
-                Ok(parts) => good.push((rec, parts)),
-                Err(e) => self.dead_letter(&rec, &e.to_string()).await?,
+        let mut decoded: Vec<(&Rec, Vec<RecordPart>)> = Vec::with_capacity(batch.len());
+        for rec in &batch {
+            match decode_record(&rec.payload) {
+                Ok(parts) => decoded.push((rec, parts)),
+                Err(e) => self.dead_letter(rec, ReasonClass::Undecodable, &e.to_string()).await?,
             }
         }
-        let rejected = self.store_all(&good).await?;
-        self.commit(&good.iter().map(|(r, _)| r).collect::<Vec<_>>())?;
+        // Offloaded parts count with their full size: a batch of small references may stand for
+        // far more than `max_bytes` once read back.
+        let sizes: Vec<usize> = decoded.iter().map(|(r, parts)| resolved_size(r, parts)).collect();
+        let mut rest = decoded.into_iter();
+        for group in cut_by_bytes(&sizes, self.limits.max_bytes) {
+            self.store_group(rest.by_ref().take(group.len()).collect()).await?;
+        }
+        self.commit(&batch)
+    }
+
+    /// Resolves and stores one group; records that cannot be stored are dead-lettered.
+    async fn store_group(&self, group: Vec<(&Rec, Vec<RecordPart>)>) -> Result<(), ConsumeError> {
+        let mut items = Vec::with_capacity(group.len());
+        let mut recs = Vec::with_capacity(group.len());
+        for (rec, parts) in group {
+            match self.batches.resolve(parts).await {
+                Ok(parts) => {
+                    items.push(Item { partition: rec.partition, offset: rec.offset, parts });
+                    recs.push(rec);
+                }
+                Err((class, reason)) => self.dead_letter(rec, class, &reason).await?,
+            }
+        }
+        let refused = self.batches.store_all(&items).await;
+        for r in &refused {
+            self.dead_letter(recs[r.index], r.class, &r.reason).await?;
+        }
         let now_ms = now_ms();
-        for (rec, _) in good.iter().filter(|(r, _)| !rejected.contains(&(r.partition, r.offset))) {
+        let mut stored = 0;
+        for (i, rec) in recs.iter().enumerate() {
+            if refused.iter().any(|r| r.index == i) {
+                continue; // counted as dead-lettered
+            }
+            stored += 1;
             if let Some(ts) = rec.timestamp_ms {
                 self.metrics.visibility_lag.observe((now_ms - ts).max(0) as f64 / 1000.0);
             }
         }
-        // Rejected records were counted as dead-lettered, not stored.
-        let stored = good.len() - rejected.len();
-        self.metrics.consumed.with_label_values(&["stored"]).inc_by(stored as u64);
+        self.metrics.consumed.with_label_values(&["stored"]).inc_by(stored);
         Ok(())
     }
 
-    /// Stores records, splitting around data the store rejects; retries everything else.
-    /// Returns the (partition, offset) of the records the store rejected (now dead-lettered).
-    async fn store_all(
-        &self,
-        recs: &[(Rec, Vec<CallPart>)],
-    ) -> Result<Vec<(i32, i64)>, ConsumeError> {
-        let mut rejected = Vec::new();
-        let mut pending = vec![recs];
-        while let Some(slice) = pending.pop() {
-            if slice.is_empty() {
-                continue;
-            }
-            match self.store_retrying(slice).await {
-                Ok(()) => {}
-                Err(reason) if slice.len() == 1 => {
-                    let rec = &slice[0].0;
-                    self.dead_letter(rec, &reason).await?;
-                    rejected.push((rec.partition, rec.offset));
-                }
-                Err(_) => {
-                    let (a, b) = slice.split_at(slice.len() / 2);
-                    pending.push(b);
-                    pending.push(a);
-                }
-            }
-        }
-        Ok(rejected)
-    }
-
-    /// One insert of a slice; `Err(reason)` only when the store rejected the data itself.
-    async fn store_retrying(&self, slice: &[(Rec, Vec<CallPart>)]) -> Result<(), String> {
-        let parts: Vec<CallPart> = slice.iter().flat_map(|(_, p)| p.iter().cloned()).collect();
-        let token = dedup_token(slice.iter().map(|(r, _)| r));
-        let mut backoff = Duration::from_millis(100);
-        loop {
-            match self.store.apply_call_parts_once(parts.clone(), &token).await {
-                Ok(()) => return Ok(()),
-                Err(StoreError::Rejected(reason)) => return Err(reason),
-                Err(e) => {
-                    tracing::warn!(error = %e, retry_in = ?backoff, "store unavailable; retrying batch");
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(10));
-                }
-            }
-        }
-    }
-
     /// Sends a record to the dead-letter topic with the reason; retried until Kafka takes it.
-    async fn dead_letter(&self, rec: &Rec, reason: &str) -> Result<(), ConsumeError> {
+    async fn dead_letter(
+        &self,
+        rec: &Rec,
+        class: ReasonClass,
+        reason: &str,
+    ) -> Result<(), ConsumeError> {
         tracing::error!(
             partition = rec.partition,
             offset = rec.offset,
+            class = class.as_str(),
             reason,
             "dead-lettering record"
         );
@@ -222,6 +213,7 @@ impl Pipeline {
         let offset = rec.offset.to_string();
         let headers = OwnedHeaders::new()
             .insert(Header { key: "heddle-reason", value: Some(reason) })
+            .insert(Header { key: "heddle-reason-class", value: Some(class.as_str()) })
             .insert(Header { key: "heddle-source-topic", value: Some(&self.cfg.topic) })
             .insert(Header { key: "heddle-source-partition", value: Some(&partition) })
             .insert(Header { key: "heddle-source-offset", value: Some(&offset) });
@@ -238,11 +230,12 @@ impl Pipeline {
             }
         }
         self.metrics.consumed.with_label_values(&["dead_lettered"]).inc();
+        self.metrics.dead_lettered.with_label_values(&[class.as_str()]).inc();
         Ok(())
     }
 
     /// Commits the next offset of every partition in the batch, synchronously.
-    fn commit(&self, recs: &[&Rec]) -> Result<(), ConsumeError> {
+    fn commit(&self, recs: &[Rec]) -> Result<(), ConsumeError> {
         let mut next: BTreeMap<i32, i64> = BTreeMap::new();
         for r in recs {
             let e = next.entry(r.partition).or_insert(0);
@@ -295,39 +288,18 @@ fn detach<M: Message>(m: &M) -> Rec {
     }
 }
 
-/// A token naming exactly the records of a batch (per partition: first and last offset), so the
-/// same batch re-inserted after a crash or a retried request is recognised as a duplicate.
-fn dedup_token<'a>(recs: impl Iterator<Item = &'a Rec>) -> String {
-    let mut ranges: BTreeMap<i32, (i64, i64, usize)> = BTreeMap::new();
-    for r in recs {
-        let e = ranges.entry(r.partition).or_insert((r.offset, r.offset, 0));
-        e.0 = e.0.min(r.offset);
-        e.1 = e.1.max(r.offset);
-        e.2 += 1;
-    }
-    ranges
+/// What a record weighs once its offloaded parts are read back.
+fn resolved_size(rec: &Rec, parts: &[RecordPart]) -> usize {
+    let blobs: u64 = parts
         .iter()
-        .map(|(p, (lo, hi, n))| format!("p{p}:{lo}-{hi}x{n}"))
-        .collect::<Vec<_>>()
-        .join(",")
+        .map(|p| match p {
+            RecordPart::Offloaded(o) => o.size,
+            RecordPart::Inline(_) => 0,
+        })
+        .sum();
+    rec.payload.len().saturating_add(usize::try_from(blobs).unwrap_or(usize::MAX))
 }
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn rec(partition: i32, offset: i64) -> Rec {
-        Rec { partition, offset, timestamp_ms: None, payload: vec![] }
-    }
-
-    #[test]
-    fn tokens_name_the_offsets_of_a_batch() {
-        let batch = [rec(1, 7), rec(0, 3), rec(1, 5), rec(0, 4)];
-        assert_eq!(dedup_token(batch.iter()), "p0:3-4x2,p1:5-7x2");
-        assert_ne!(dedup_token(batch[..2].iter()), dedup_token(batch.iter()));
-    }
 }

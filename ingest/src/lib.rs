@@ -2,6 +2,7 @@
 //! store directly (embedded mode) or Kafka ([`producer`], distributed mode). The [`consumer`]
 //! moves Kafka into the store in batches.
 
+pub mod batch_store;
 pub mod consumer;
 mod grpc;
 pub mod http;

@@ -1,7 +1,8 @@
 //! Pipeline metrics in the Prometheus text format, served at `/metrics`.
 
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder,
+    Encoder, Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 pub struct Metrics {
@@ -14,6 +15,17 @@ pub struct Metrics {
     pub consumed: IntCounterVec,
     /// Records produced by ingest, by outcome (acked, failed).
     pub produced: IntCounterVec,
+    /// Records sent to the dead-letter topic, by reason class (undecodable, rejected,
+    /// unresolvable, store_error).
+    pub dead_lettered: IntCounterVec,
+    /// Failed store operations of the consumer that it retried.
+    pub store_retries: IntCounter,
+    /// 1 while the store accepts the consumer's writes, 0 while its write probe fails (an
+    /// outage: batches wait and retry, nothing is dead-lettered).
+    pub store_up: IntGauge,
+    /// Call parts ingest moved out of their Kafka record into a blob, and their bytes.
+    pub offloaded_parts: IntCounter,
+    pub offloaded_bytes: IntCounter,
 }
 
 impl Metrics {
@@ -42,15 +54,55 @@ impl Metrics {
             &["outcome"],
         )
         .expect("valid counter");
+        let dead_lettered = IntCounterVec::new(
+            Opts::new("dead_lettered_records_total", "Records sent to the dead-letter topic"),
+            &["reason"],
+        )
+        .expect("valid counter");
+        let store_retries = IntCounter::new(
+            "consumer_store_retries_total",
+            "Failed store operations of the consumer that were retried",
+        )
+        .expect("valid counter");
+        let store_up = IntGauge::new(
+            "consumer_store_up",
+            "1 while the store accepts the consumer's writes, 0 while its write probe fails",
+        )
+        .expect("valid gauge");
+        store_up.set(1);
+        let offloaded_parts = IntCounter::new(
+            "offloaded_parts_total",
+            "Call parts too large for a Kafka record, stored as blobs by ingest",
+        )
+        .expect("valid counter");
+        let offloaded_bytes =
+            IntCounter::new("offloaded_bytes_total", "Bytes of the offloaded call parts")
+                .expect("valid counter");
         for c in [
             Box::new(visibility_lag.clone()) as Box<dyn prometheus::core::Collector>,
             Box::new(consumer_lag.clone()),
             Box::new(consumed.clone()),
             Box::new(produced.clone()),
+            Box::new(dead_lettered.clone()),
+            Box::new(store_retries.clone()),
+            Box::new(store_up.clone()),
+            Box::new(offloaded_parts.clone()),
+            Box::new(offloaded_bytes.clone()),
         ] {
             registry.register(c).expect("unique metric names");
         }
-        Metrics { registry, visibility_lag, consumer_lag, consumed, produced }
+        Metrics {
+            registry,
+            visibility_lag,
+            consumer_lag,
+            consumed,
+            produced,
+            dead_lettered,
+            store_retries,
+            store_up,
+            offloaded_parts,
+            offloaded_bytes,
+        }
     }
 
     /// The Prometheus text exposition of every metric.

@@ -8,16 +8,27 @@
 //! clusters sustain tens of thousands of records per second, while the SDK sends up to 1000 calls
 //! per request; grouping keeps the record rate per request bounded by the partition count. The
 //! partition is chosen from the trace id, so all parts of a trace stay on one partition.
+//!
+//! Large calls: a part whose encoded size exceeds `max_record_bytes` is offloaded — written to
+//! the store as a content-addressed blob of its project *before* the record that references it
+//! is produced — so the Kafka record size never limits the call size; the consumer reads the
+//! blob back and stores the full call (docs/distributed.md, "Large calls"). A record the broker
+//! still refuses as too large is sent again with each of its parts offloaded.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use futures::future::try_join_all;
+use bytes::Bytes;
+use futures::future::join_all;
+use futures::{StreamExt, TryStreamExt};
 use heddle_api::{ApiError, CallSink};
 use heddle_proto::calls::CallPart;
-use heddle_proto::record::{CallPartRecord, encode_parts, partition_of};
+use heddle_proto::record::{
+    CallPartBatch, CallPartRecord, Offload, encode_records, offload, partition_of,
+};
+use heddle_store::{Store, StoreError};
 use prost::Message as _;
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -34,7 +45,7 @@ pub struct KafkaConfig {
     pub dlq_topic: String,
     /// How long a produce may wait for acknowledgement before the request fails with 503.
     pub delivery_timeout: Duration,
-    /// Records are cut at about this size (parts larger than it travel alone).
+    /// Records are cut at about this size; a part larger than it is offloaded to a blob.
     pub max_record_bytes: usize,
     /// Extra librdkafka properties for every client (TLS/SASL, session timeout, ...), applied
     /// after heddle's own; see [`KafkaConfig::check_options`].
@@ -84,6 +95,8 @@ pub(crate) fn producer_config(cfg: &KafkaConfig) -> ClientConfig {
 }
 
 pub struct KafkaSink {
+    /// Where offloaded parts go (the store the consumer writes to).
+    blobs: Arc<dyn Store>,
     /// Replaced when it stays stuck while the broker is reachable (see `recover_after_failure`).
     producer: std::sync::RwLock<FutureProducer>,
     failures: AtomicU32,
@@ -97,9 +110,14 @@ pub struct KafkaSink {
 const METADATA_REFRESH: Duration = Duration::from_secs(30);
 
 impl KafkaSink {
-    pub fn new(cfg: KafkaConfig, metrics: Arc<Metrics>) -> Result<KafkaSink, KafkaError> {
+    pub fn new(
+        cfg: KafkaConfig,
+        blobs: Arc<dyn Store>,
+        metrics: Arc<Metrics>,
+    ) -> Result<KafkaSink, KafkaError> {
         let producer = std::sync::RwLock::new(producer_config(&cfg).create()?);
         Ok(KafkaSink {
+            blobs,
             producer,
             failures: AtomicU32::new(0),
             cfg,
@@ -172,38 +190,162 @@ impl KafkaSink {
         }
     }
 
-    /// Splits parts into records: grouped by partition, cut at `max_record_bytes`.
-    fn records(&self, parts: &[CallPart], partitions: u32) -> Vec<(i32, String, Vec<u8>)> {
-        let mut groups: Vec<Vec<&CallPart>> = vec![Vec::new(); partitions as usize];
-        for p in parts {
-            let key = p.trace_id.as_deref().unwrap_or(&p.id);
-            groups[partition_of(key, partitions) as usize].push(p);
-        }
-        let mut out = Vec::new();
-        for (partition, group) in groups.into_iter().enumerate() {
-            let mut chunk: Vec<&CallPart> = Vec::new();
-            let mut size = 0;
-            for p in group {
-                let len = CallPartRecord::from(p).encoded_len();
-                if !chunk.is_empty() && size + len > self.cfg.max_record_bytes {
-                    out.push(record(partition, &chunk));
-                    chunk.clear();
-                    size = 0;
+    /// Stores the blobs of offloaded parts (a few at a time); returns once all are durable.
+    async fn put_blobs(&self, blobs: Vec<Offload>) -> Result<(), ApiError> {
+        futures::stream::iter(blobs)
+            .map(|b| async move {
+                let size = b.blob.len() as u64;
+                self.blobs.put_blob(&b.project, &b.digest, Bytes::from(b.blob)).await.map_err(
+                    |e| {
+                        tracing::warn!(error = %e, "storing an offloaded call failed");
+                        match e {
+                            StoreError::Backend(_) | StoreError::Overloaded => {
+                                unavailable("the store did not take a large call".into())
+                            }
+                            e => ApiError::from(e),
+                        }
+                    },
+                )?;
+                self.metrics.offloaded_parts.inc();
+                self.metrics.offloaded_bytes.inc_by(size);
+                Ok::<_, ApiError>(())
+            })
+            .buffer_unordered(BLOB_WRITES)
+            .try_collect()
+            .await
+    }
+
+    /// Produces every record (each waits for its own acknowledgement); the result of each.
+    async fn produce(&self, records: &[Record]) -> Vec<Result<(), KafkaError>> {
+        let producer = self.producer();
+        join_all(records.iter().map(|r| {
+            let rec = FutureRecord::to(&self.cfg.topic)
+                .partition(r.partition)
+                .key(&r.key)
+                .payload(&r.payload);
+            let producer = &producer;
+            async move {
+                producer.send(rec, self.cfg.delivery_timeout).await.map(|_| ()).map_err(|(e, _)| e)
+            }
+        }))
+        .await
+    }
+
+    /// A produce that failed for another reason than size: 503, the request may be retried.
+    fn failed(&self, e: &KafkaError) -> ApiError {
+        self.metrics.produced.with_label_values(&["failed"]).inc();
+        tracing::warn!(error = %e, "produce failed");
+        // Checking the broker blocks for up to a second: keep it off the reactor.
+        tokio::task::block_in_place(|| self.recover_after_failure());
+        unavailable(format!("Kafka did not acknowledge the write: {e}"))
+    }
+
+    /// Sends again the records the broker refused as too large (its `message.max.bytes` is below
+    /// ours): every part offloaded, one reference per record. A reference is a few hundred bytes;
+    /// one still refused is reported for its call alone.
+    async fn resend_offloaded(&self, refused: Vec<&Record>) -> Result<usize, ApiError> {
+        let mut blobs = Vec::new();
+        let mut records = Vec::new();
+        for r in refused {
+            let batch = CallPartBatch::decode(&r.payload[..])
+                .map_err(|e| ApiError::Internal(format!("re-reading a record: {e}")))?;
+            for mut part in batch.parts {
+                if part.offloaded.is_none() {
+                    let off = offload(part).map_err(|e| ApiError::Internal(e.to_string()))?;
+                    part = off.reference.clone();
+                    blobs.push(off);
                 }
-                chunk.push(p);
-                size += len;
-            }
-            if !chunk.is_empty() {
-                out.push(record(partition, &chunk));
+                let key = r.key.clone();
+                records.push(Record {
+                    partition: r.partition,
+                    key,
+                    payload: encode_records([part]),
+                });
             }
         }
-        out
+        self.put_blobs(blobs).await?;
+        for (rec, result) in records.iter().zip(self.produce(&records).await) {
+            match result {
+                Ok(()) => {}
+                Err(e) if is_too_large(&e) => {
+                    let id = CallPartBatch::decode(&rec.payload[..])
+                        .ok()
+                        .and_then(|b| b.parts.into_iter().next())
+                        .map_or_else(String::new, |p| p.id);
+                    return Err(reference_too_large(&id));
+                }
+                Err(e) => return Err(self.failed(&e)),
+            }
+        }
+        Ok(records.len())
     }
 }
 
-fn record(partition: usize, parts: &[&CallPart]) -> (i32, String, Vec<u8>) {
+/// Blob writes one request runs at once.
+const BLOB_WRITES: usize = 4;
+
+/// One Kafka record to produce.
+struct Record {
+    partition: i32,
+    key: String,
+    payload: Vec<u8>,
+}
+
+/// What one request becomes: the blobs to store first, then the records.
+struct Plan {
+    blobs: Vec<Offload>,
+    records: Vec<Record>,
+}
+
+/// Splits parts into records: grouped by partition (all parts of a trace on one), cut at
+/// `max_record_bytes`; a part larger than that is offloaded and travels as a reference.
+fn plan(parts: Vec<CallPart>, partitions: u32, max_record_bytes: usize) -> Result<Plan, ApiError> {
+    let mut groups: Vec<Vec<CallPartRecord>> = vec![Vec::new(); partitions.max(1) as usize];
+    for p in parts {
+        let key = p.trace_id.as_deref().unwrap_or(&p.id);
+        groups[partition_of(key, partitions) as usize].push(CallPartRecord::from(p));
+    }
+    let mut blobs = Vec::new();
+    let mut records = Vec::new();
+    for (partition, group) in groups.into_iter().enumerate() {
+        let mut chunk: Vec<CallPartRecord> = Vec::new();
+        let mut size = 0;
+        for mut rec in group {
+            if rec.encoded_len() > max_record_bytes {
+                let off = offload(rec).map_err(|e| ApiError::Internal(e.to_string()))?;
+                rec = off.reference.clone();
+                blobs.push(off);
+            }
+            let len = rec.encoded_len();
+            if !chunk.is_empty() && size + len > max_record_bytes {
+                records.push(record(partition, std::mem::take(&mut chunk)));
+                size = 0;
+            }
+            chunk.push(rec);
+            size += len;
+        }
+        if !chunk.is_empty() {
+            records.push(record(partition, chunk));
+        }
+    }
+    Ok(Plan { blobs, records })
+}
+
+fn record(partition: usize, parts: Vec<CallPartRecord>) -> Record {
     let key = parts[0].trace_id.clone().unwrap_or_else(|| parts[0].id.clone());
-    (partition as i32, key, encode_parts(parts.iter().copied()))
+    Record { partition: partition as i32, key, payload: encode_records(parts) }
+}
+
+fn is_too_large(e: &KafkaError) -> bool {
+    e.rdkafka_error_code() == Some(RDKafkaErrorCode::MessageSizeTooLarge)
+}
+
+/// Only a broker whose message size limit is below a few hundred bytes refuses a reference.
+fn reference_too_large(id: &str) -> ApiError {
+    ApiError::TooLarge(format!(
+        "call {id} was not stored: Kafka refuses even a reference to it as too large (the \
+         brokers' message.max.bytes is set too low); the other calls may be retried"
+    ))
 }
 
 fn unavailable(msg: String) -> ApiError {
@@ -214,33 +356,33 @@ fn unavailable(msg: String) -> ApiError {
 impl CallSink for KafkaSink {
     async fn write(&self, parts: Vec<CallPart>) -> Result<(), ApiError> {
         let partitions = self.partition_count().await?;
-        let records = self.records(&parts, partitions);
-        let producer = self.producer();
-        let sends = records.iter().map(|(partition, key, payload)| {
-            let rec =
-                FutureRecord::to(&self.cfg.topic).partition(*partition).key(key).payload(payload);
-            let producer = &producer;
-            async move { producer.send(rec, self.cfg.delivery_timeout).await.map_err(|(e, _)| e) }
-        });
-        match try_join_all(sends).await {
-            Ok(_) => {
-                self.failures.store(0, Ordering::Relaxed);
-                self.metrics.produced.with_label_values(&["acked"]).inc_by(records.len() as u64);
-                Ok(())
-            }
-            Err(e) => {
-                self.metrics.produced.with_label_values(&["failed"]).inc();
-                tracing::warn!(error = %e, "produce failed");
-                // Checking the broker blocks for up to a second: keep it off the reactor.
-                tokio::task::block_in_place(|| self.recover_after_failure());
-                Err(match e.rdkafka_error_code() {
-                    Some(RDKafkaErrorCode::MessageSizeTooLarge) => {
-                        ApiError::TooLarge(format!("a call is larger than Kafka accepts: {e}"))
-                    }
-                    _ => unavailable(format!("Kafka did not acknowledge the write: {e}")),
-                })
+        let max = self.cfg.max_record_bytes;
+        // Encoding and hashing up to the body limit: off the async runtime.
+        let plan = tokio::task::spawn_blocking(move || plan(parts, partitions, max))
+            .await
+            .map_err(|e| ApiError::Internal(e.to_string()))??;
+        // Blobs first: a record may reference only what is stored.
+        self.put_blobs(plan.blobs).await?;
+        let results = self.produce(&plan.records).await;
+        let mut refused = Vec::new();
+        for (rec, result) in plan.records.iter().zip(&results) {
+            match result {
+                Ok(()) => {}
+                Err(e) if is_too_large(e) => refused.push(rec),
+                Err(e) => return Err(self.failed(e)),
             }
         }
+        let mut acked = plan.records.len() - refused.len();
+        if !refused.is_empty() {
+            tracing::warn!(
+                records = refused.len(),
+                "Kafka refused records as too large; offloading"
+            );
+            acked += self.resend_offloaded(refused).await?;
+        }
+        self.failures.store(0, Ordering::Relaxed);
+        self.metrics.produced.with_label_values(&["acked"]).inc_by(acked as u64);
+        Ok(())
     }
 }
 
@@ -278,5 +420,68 @@ mod options_tests {
         }
         let Err(err) = cfg(&["session.timeout.ms"]) else { panic!("a bare key was accepted") };
         assert!(err.contains("not KEY=VALUE"), "{err}");
+    }
+}
+
+#[cfg(test)]
+mod plan_tests {
+    use heddle_proto::ProjectId;
+    use heddle_proto::calls::StartPart;
+    use heddle_proto::record::{RecordPart, decode_record, resolve};
+    use heddle_proto::time::Micros;
+
+    use super::*;
+
+    fn part(id: &str, trace: &str, input_bytes: usize) -> CallPart {
+        CallPart {
+            project: ProjectId::parse("e/p").unwrap(),
+            id: id.into(),
+            trace_id: Some(trace.into()),
+            start: Some(StartPart {
+                op_name: "op".into(),
+                display_name: None,
+                parent_id: None,
+                thread_id: None,
+                turn_id: None,
+                started_at: Micros(1),
+                attributes: "{}".into(),
+                inputs: format!("{{\"x\":\"{}\"}}", "a".repeat(input_bytes)),
+                otel_dump: None,
+                wb_user_id: None,
+                wb_run_id: None,
+                wb_run_step: None,
+            }),
+            end: None,
+        }
+    }
+
+    #[test]
+    fn large_parts_are_offloaded_and_every_part_arrives_once() {
+        let max = 10_000;
+        let mut parts: Vec<CallPart> =
+            (0..40).map(|i| part(&format!("s{i}"), &format!("t{}", i % 5), 900)).collect();
+        parts.push(part("big", "t1", 50_000));
+        parts.push(part("edge", "t2", max)); // just over the limit once encoded
+        let plan = plan(parts.clone(), 3, max).unwrap();
+        assert_eq!(plan.blobs.len(), 2);
+        let mut seen = Vec::new();
+        for r in &plan.records {
+            assert!(r.payload.len() <= max + 64, "record of {} bytes", r.payload.len());
+            for p in decode_record(&r.payload).unwrap() {
+                let p = match p {
+                    RecordPart::Inline(p) => p,
+                    RecordPart::Offloaded(o) => {
+                        let blob = plan.blobs.iter().find(|b| b.digest == o.digest).unwrap();
+                        resolve(&o, &blob.blob).unwrap()
+                    }
+                };
+                let key = p.trace_id.as_deref().unwrap();
+                assert_eq!(partition_of(key, 3), r.partition as u32, "a trace stays together");
+                seen.push(p);
+            }
+        }
+        seen.sort_by(|a, b| a.id.cmp(&b.id));
+        parts.sort_by(|a, b| a.id.cmp(&b.id));
+        assert_eq!(seen, parts);
     }
 }

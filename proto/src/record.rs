@@ -5,13 +5,23 @@
 //! ```proto
 //! message CallPartBatch { repeated CallPartRecord parts = 1; }
 //! message CallPartRecord { string project_id = 1; string id = 2; optional string trace_id = 3;
-//!                          optional StartRecord start = 4; optional EndRecord end = 5; }
+//!                          optional StartRecord start = 4; optional EndRecord end = 5;
+//!                          optional BlobRef offloaded = 6; }
+//! message BlobRef { string digest = 1; uint64 size = 2; }
 //! ```
+//!
+//! **Offloaded parts.** A part too large for a Kafka record travels as a *reference*: its whole
+//! encoded `CallPartRecord` is written to the store first, as a blob of its project named by the
+//! digest of its bytes ([`offload`]), and the record carries only the project, ids and that
+//! [`BlobRef`]. The consumer reads the blob back and stores the full call ([`resolve`]), so
+//! reads never see references and the Kafka record size never limits the call size
+//! (docs/distributed.md).
 
 use prost::Message;
 
 use crate::ProtoError;
 use crate::calls::{CallPart, EndPart, StartPart};
+use crate::digest::bytes_digest;
 use crate::ids::ProjectId;
 use crate::time::Micros;
 
@@ -33,6 +43,19 @@ pub struct CallPartRecord {
     pub start: Option<StartRecord>,
     #[prost(message, optional, tag = "5")]
     pub end: Option<EndRecord>,
+    /// Set (and `start`/`end` absent) when the part was offloaded to a blob.
+    #[prost(message, optional, tag = "6")]
+    pub offloaded: Option<BlobRef>,
+}
+
+/// Where an offloaded part is: the project's blob with this digest ([`bytes_digest`] of the
+/// blob) and size.
+#[derive(Clone, PartialEq, Message)]
+pub struct BlobRef {
+    #[prost(string, tag = "1")]
+    pub digest: String,
+    #[prost(uint64, tag = "2")]
+    pub size: u64,
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -79,31 +102,38 @@ pub struct EndRecord {
 
 impl From<&CallPart> for CallPartRecord {
     fn from(p: &CallPart) -> Self {
+        CallPartRecord::from(p.clone())
+    }
+}
+
+impl From<CallPart> for CallPartRecord {
+    fn from(p: CallPart) -> Self {
         CallPartRecord {
             project_id: p.project.as_str().to_owned(),
-            id: p.id.clone(),
-            trace_id: p.trace_id.clone(),
-            start: p.start.as_ref().map(|s| StartRecord {
-                op_name: s.op_name.clone(),
-                display_name: s.display_name.clone(),
-                parent_id: s.parent_id.clone(),
-                thread_id: s.thread_id.clone(),
-                turn_id: s.turn_id.clone(),
+            id: p.id,
+            trace_id: p.trace_id,
+            start: p.start.map(|s| StartRecord {
+                op_name: s.op_name,
+                display_name: s.display_name,
+                parent_id: s.parent_id,
+                thread_id: s.thread_id,
+                turn_id: s.turn_id,
                 started_at_us: s.started_at.0,
-                attributes: s.attributes.clone(),
-                inputs: s.inputs.clone(),
-                otel_dump: s.otel_dump.clone(),
-                wb_user_id: s.wb_user_id.clone(),
-                wb_run_id: s.wb_run_id.clone(),
+                attributes: s.attributes,
+                inputs: s.inputs,
+                otel_dump: s.otel_dump,
+                wb_user_id: s.wb_user_id,
+                wb_run_id: s.wb_run_id,
                 wb_run_step: s.wb_run_step,
             }),
-            end: p.end.as_ref().map(|e| EndRecord {
+            end: p.end.map(|e| EndRecord {
                 ended_at_us: e.ended_at.0,
-                summary: e.summary.clone(),
-                output: e.output.clone(),
-                exception: e.exception.clone(),
+                summary: e.summary,
+                output: e.output,
+                exception: e.exception,
                 wb_run_step_end: e.wb_run_step_end,
             }),
+            offloaded: None,
         }
     }
 }
@@ -146,14 +176,114 @@ impl TryFrom<CallPartRecord> for CallPart {
 
 /// Encodes parts as one record value.
 pub fn encode_parts<'a>(parts: impl IntoIterator<Item = &'a CallPart>) -> Vec<u8> {
-    CallPartBatch { parts: parts.into_iter().map(CallPartRecord::from).collect() }.encode_to_vec()
+    encode_records(parts.into_iter().map(CallPartRecord::from))
+}
+
+/// Encodes part records (inline or references) as one record value.
+pub fn encode_records(parts: impl IntoIterator<Item = CallPartRecord>) -> Vec<u8> {
+    CallPartBatch { parts: parts.into_iter().collect() }.encode_to_vec()
+}
+
+/// One part of a decoded record: the part itself, or where to find it.
+// Nearly every part is inline; boxing them would cost an allocation each.
+#[allow(clippy::large_enum_variant)]
+#[derive(Debug, Clone, PartialEq)]
+pub enum RecordPart {
+    Inline(CallPart),
+    Offloaded(Offloaded),
+}
+
+/// A reference to an offloaded part: the project's blob `digest` of `size` bytes holds the
+/// encoded `CallPartRecord` of call `id`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Offloaded {
+    pub project: ProjectId,
+    pub id: String,
+    pub digest: String,
+    pub size: u64,
+}
+
+/// A part moved out of its Kafka record: the blob to store (before the record is produced) and
+/// the small reference record that replaces the part.
+#[derive(Debug, Clone)]
+pub struct Offload {
+    pub project: ProjectId,
+    pub digest: String,
+    pub blob: Vec<u8>,
+    pub reference: CallPartRecord,
+}
+
+/// Moves a part record into a blob: content-addressed, so the same part always gives the same
+/// digest and bytes, and storing it twice changes nothing.
+pub fn offload(rec: CallPartRecord) -> Result<Offload, ProtoError> {
+    let project = ProjectId::parse(&rec.project_id)?;
+    let blob = rec.encode_to_vec();
+    let digest = bytes_digest(&blob);
+    let reference = CallPartRecord {
+        project_id: rec.project_id,
+        id: rec.id,
+        trace_id: rec.trace_id,
+        start: None,
+        end: None,
+        offloaded: Some(BlobRef { digest: digest.clone(), size: blob.len() as u64 }),
+    };
+    Ok(Offload { project, digest, blob, reference })
 }
 
 /// Decodes a record value; a corrupt record is a data error (it goes to the dead-letter topic).
-pub fn decode_parts(bytes: &[u8]) -> Result<Vec<CallPart>, ProtoError> {
+pub fn decode_record(bytes: &[u8]) -> Result<Vec<RecordPart>, ProtoError> {
     let batch = CallPartBatch::decode(bytes)
         .map_err(|e| ProtoError::invalid(format!("undecodable call record: {e}")))?;
-    batch.parts.into_iter().map(CallPart::try_from).collect()
+    batch
+        .parts
+        .into_iter()
+        .map(|r| match r.offloaded {
+            None => CallPart::try_from(r).map(RecordPart::Inline),
+            Some(_) if r.start.is_some() || r.end.is_some() => Err(ProtoError::invalid(format!(
+                "call record {}: a reference must not carry the part itself",
+                r.id
+            ))),
+            Some(blob) => Ok(RecordPart::Offloaded(Offloaded {
+                project: ProjectId::parse(&r.project_id)?,
+                id: r.id,
+                digest: blob.digest,
+                size: blob.size,
+            })),
+        })
+        .collect()
+}
+
+/// Decodes a record value that holds no references (tests, tools).
+pub fn decode_parts(bytes: &[u8]) -> Result<Vec<CallPart>, ProtoError> {
+    decode_record(bytes)?
+        .into_iter()
+        .map(|p| match p {
+            RecordPart::Inline(p) => Ok(p),
+            RecordPart::Offloaded(o) => {
+                Err(ProtoError::invalid(format!("call record {} is offloaded", o.id)))
+            }
+        })
+        .collect()
+}
+
+/// The part an offloaded reference names, from the blob read back: the blob must be the one
+/// named (digest and size) and hold exactly that call of that project.
+pub fn resolve(o: &Offloaded, blob: &[u8]) -> Result<CallPart, ProtoError> {
+    if blob.len() as u64 != o.size || bytes_digest(blob) != o.digest {
+        return Err(ProtoError::invalid(format!(
+            "blob {} of call {} does not match its reference",
+            o.digest, o.id
+        )));
+    }
+    let rec = CallPartRecord::decode(blob)
+        .map_err(|e| ProtoError::invalid(format!("undecodable blob {}: {e}", o.digest)))?;
+    if rec.project_id != o.project.as_str() || rec.id != o.id || rec.offloaded.is_some() {
+        return Err(ProtoError::invalid(format!(
+            "blob {} does not hold call {} of {}",
+            o.digest, o.id, o.project
+        )));
+    }
+    CallPart::try_from(rec)
 }
 
 /// The partition of a trace: a stable hash (FNV-1a) of its id, so every part of one trace lands
@@ -214,6 +344,43 @@ mod tests {
             parts: vec![CallPartRecord { project_id: "nope".into(), ..Default::default() }],
         };
         assert!(decode_parts(&bad_project.encode_to_vec()).is_err());
+    }
+
+    #[test]
+    fn offloaded_parts_travel_as_references_and_resolve_exactly() {
+        let big = part("big", true, true);
+        let small = part("small", true, false);
+        let off = offload(CallPartRecord::from(&big)).unwrap();
+        assert_eq!(off.digest, bytes_digest(&off.blob));
+        // Content-addressed: the same part gives the same blob and digest.
+        assert_eq!(offload(CallPartRecord::from(&big)).unwrap().blob, off.blob);
+        let bytes = encode_records([CallPartRecord::from(&small), off.reference.clone()]);
+        let decoded = decode_record(&bytes).unwrap();
+        let RecordPart::Offloaded(o) = &decoded[1] else { panic!("{decoded:?}") };
+        assert_eq!(decoded[0], RecordPart::Inline(small));
+        assert_eq!((o.id.as_str(), o.size), ("big", off.blob.len() as u64));
+        assert_eq!(resolve(o, &off.blob).unwrap(), big);
+        assert!(decode_parts(&bytes).is_err(), "decode_parts refuses references");
+    }
+
+    #[test]
+    fn a_blob_that_is_not_the_referenced_part_is_refused() {
+        let off = offload(CallPartRecord::from(&part("a", true, true))).unwrap();
+        let other = offload(CallPartRecord::from(&part("b", true, true))).unwrap();
+        let RecordPart::Offloaded(o) =
+            decode_record(&encode_records([off.reference.clone()])).unwrap().remove(0)
+        else {
+            panic!("a reference")
+        };
+        // Another call's blob, a truncated blob, and a forged reference to another call.
+        assert!(resolve(&o, &other.blob).is_err());
+        assert!(resolve(&o, &off.blob[..off.blob.len() - 1]).is_err());
+        let forged = Offloaded { id: "b".into(), ..o.clone() };
+        assert!(resolve(&forged, &off.blob).unwrap_err().to_string().contains("does not hold"));
+        // A reference that also carries the part is malformed.
+        let mut both = CallPartRecord::from(&part("a", true, true));
+        both.offloaded = off.reference.offloaded.clone();
+        assert!(decode_record(&encode_records([both])).is_err());
     }
 
     #[test]

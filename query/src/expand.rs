@@ -588,6 +588,15 @@ mod tests {
         async fn revoke_key(&self, id: &str) -> Result<heddle_store::KeyInfo> {
             self.inner.revoke_key(id).await
         }
+        async fn put_blob(&self, p: &ProjectId, d: &str, c: Bytes) -> Result<()> {
+            self.inner.put_blob(p, d, c).await
+        }
+        async fn read_blob(&self, p: &ProjectId, d: &str, size: u64) -> Result<Bytes> {
+            self.inner.read_blob(p, d, size).await
+        }
+        async fn probe_write(&self) -> Result<()> {
+            self.inner.probe_write().await
+        }
     }
 
     async fn object(store: &Counting, p: &ProjectId, name: &str, val: Value) -> String {

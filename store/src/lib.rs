@@ -19,6 +19,7 @@ use heddle_proto::threads::{Thread, ThreadsQuery};
 use heddle_proto::time::Micros;
 use serde_json::value::RawValue;
 
+pub mod blobs;
 pub mod clickhouse;
 pub mod files;
 pub mod objects;
@@ -267,4 +268,18 @@ pub trait Store: Send + Sync + 'static {
     /// key changes nothing and returns its first revocation time. [`StoreError::NotFound`] when
     /// no key has this id, [`StoreError::Invalid`] when `id` is not a key id.
     async fn revoke_key(&self, id: &str) -> Result<KeyInfo>;
+
+    // --- blobs of the distributed write path (docs/distributed.md) ---------------------------
+
+    /// Stores `content` as the project's blob `digest`, the [`blobs`] digest of the bytes, so a
+    /// repeat stores the same bytes again (idempotent). Returns once the blob is durable and
+    /// complete: only then may a record referencing it be produced.
+    async fn put_blob(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()>;
+
+    /// The project's blob `digest`, `size` bytes long; [`StoreError::NotFound`] when absent.
+    async fn read_blob(&self, project: &ProjectId, digest: &str, size: u64) -> Result<Bytes>;
+
+    /// A tiny write that succeeds whenever the store accepts writes. The Kafka consumer uses it
+    /// to tell a store that is down (keep retrying) from a batch that fails on its own (bisect).
+    async fn probe_write(&self) -> Result<()>;
 }

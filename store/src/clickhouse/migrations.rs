@@ -16,6 +16,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (5, include_str!("migrations/0005_feedback.sql")),
     (6, include_str!("migrations/0006_costs.sql")),
     (7, include_str!("migrations/0007_key_revocation.sql")),
+    (8, include_str!("migrations/0008_blobs.sql")),
 ];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;
@@ -121,6 +122,14 @@ mod tests {
         assert_eq!((*version, stmts.len()), (5, 1), "{stmts:#?}");
         assert!(stmts[0].starts_with("CREATE TABLE IF NOT EXISTS feedback"), "{stmts:#?}");
         assert!(stmts[0].contains("ORDER BY (project_id, id)"), "{stmts:#?}");
+    }
+
+    #[test]
+    fn blobs_migration_is_idempotent() {
+        let (_, file) = MIGRATIONS.iter().find(|(v, _)| *v == 7).expect("version 7");
+        let stmts = statements(file);
+        assert_eq!(stmts.len(), 2, "{stmts:#?}");
+        assert!(stmts.iter().all(|s| s.starts_with("CREATE TABLE IF NOT EXISTS")), "{stmts:#?}");
     }
 
     #[test]

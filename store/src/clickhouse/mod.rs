@@ -7,6 +7,7 @@
 //! `sql::CALLS_AGG`). Objects need a version index per new digest, which ClickHouse cannot
 //! assign atomically: see [`ClickHouseStore::create_object`].
 
+mod blobs;
 pub mod migrations;
 mod rows;
 pub mod sql;
@@ -739,6 +740,18 @@ impl Store for ClickHouseStore {
         let row = KeyRevocationRow { key_hash: hash.clone(), revoked_at: Micros::now().0 };
         self.insert::<KeyRevocationRow>("api_key_revocations", &[row]).await?;
         info(&hash).await
+    }
+
+    async fn put_blob(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()> {
+        self.put_blob_chunks(project, digest, content).await
+    }
+
+    async fn read_blob(&self, project: &ProjectId, digest: &str, size: u64) -> Result<Bytes> {
+        self.read_blob_chunks(project, digest, size).await
+    }
+
+    async fn probe_write(&self) -> Result<()> {
+        self.probe().await
     }
 }
 

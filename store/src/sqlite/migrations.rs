@@ -13,6 +13,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0005_feedback.sql"),
     include_str!("migrations/0006_costs.sql"),
     include_str!("migrations/0007_key_revocation.sql"),
+    include_str!("migrations/0008_blobs.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -57,10 +58,12 @@ mod tests {
             tables,
             [
                 "api_keys",
+                "call_blob_chunks",
                 "calls",
                 "feedback",
                 "file_chunks",
                 "files",
+                "heddle_health",
                 "llm_token_prices",
                 "objects",
                 "table_rows",

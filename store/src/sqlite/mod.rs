@@ -2,6 +2,7 @@
 //! [`writer`]; reads use a pool of connections on blocking threads, so neither ever blocks the
 //! async runtime.
 
+mod blobs;
 mod functions;
 pub mod migrations;
 mod sql;
@@ -816,6 +817,20 @@ impl Store for SqliteStore {
                 conn.query_row(sql::KEY_INFO, [&hash], key_info).map_err(backend)
             })
             .await
+    }
+
+    async fn put_blob(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()> {
+        let (project, digest) = (project.clone(), digest.to_owned());
+        self.writer.exec(move |conn| blobs::put(conn, project.as_str(), &digest, &content)).await
+    }
+
+    async fn read_blob(&self, project: &ProjectId, digest: &str, size: u64) -> Result<Bytes> {
+        let (project, digest) = (project.clone(), digest.to_owned());
+        self.read(move |conn| blobs::read(conn, project.as_str(), &digest, size)).await
+    }
+
+    async fn probe_write(&self) -> Result<()> {
+        self.writer.exec(blobs::probe).await
     }
 }
 
