@@ -207,6 +207,11 @@ struct HttpArgs {
     /// Largest accepted request body, in bytes (413 above).
     #[arg(long, env = "HEDDLE_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     max_body_bytes: usize,
+    /// Bytes of request bodies decoded at once, each charged for what it parses into; past it
+    /// requests wait up to 5 s, then get 503 (docs/limits.md).
+    #[arg(long, env = "HEDDLE_DECODE_BUDGET_BYTES",
+          default_value_t = heddle_api::state::DEFAULT_DECODE_BUDGET_BYTES)]
+    decode_budget_bytes: usize,
     /// A GeoIP database (MaxMind DB format, e.g. GeoLite2-City.mmdb) for `/geolocate`.
     #[arg(long, env = "HEDDLE_GEOIP_DB")]
     geoip_db: Option<PathBuf>,
@@ -357,7 +362,7 @@ async fn main() -> anyhow::Result<()> {
                 store,
                 None,
                 http.api_key.as_deref(),
-                usize::MAX,
+                heddle_api::BodyLimits::new(usize::MAX),
                 heddle_query::GeoIp::default(),
                 server::Roles { metrics: Some(metrics), ..server::Roles::NONE },
             );
@@ -456,8 +461,12 @@ async fn serve(
             .with_context(|| format!("opening the GeoIP database {}", path.display()))?,
         None => heddle_query::GeoIp::default(),
     };
+    let body_limits = heddle_api::BodyLimits {
+        max_body_bytes: args.max_body_bytes,
+        decode_budget_bytes: args.decode_budget_bytes,
+    };
     let (app, otlp_ingest) =
-        server::app(store, calls, admin_key.as_deref(), args.max_body_bytes, geoip, roles);
+        server::app(store, calls, admin_key.as_deref(), body_limits, geoip, roles);
     println!("heddle listening on {url}");
     let (Some(otlp), Some(ingest)) = (otlp, otlp_ingest) else {
         server::run(listener, app, limits).await;

@@ -11,7 +11,7 @@ use axum::http::{Request, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
-use heddle_api::{ApiError, AppState, CallSink, Principal};
+use heddle_api::{ApiError, AppState, BodyLimits, CallSink, Principal};
 use heddle_ingest::metrics::Metrics;
 use heddle_ingest::otlp::OtlpIngest;
 use heddle_query::GeoIp;
@@ -43,11 +43,11 @@ pub fn app(
     store: Arc<dyn Store>,
     calls: Option<Arc<dyn CallSink>>,
     admin_key: Option<&str>,
-    max_body_bytes: usize,
+    limits: BodyLimits,
     geoip: GeoIp,
     roles: Roles,
 ) -> (Router, Option<Arc<OtlpIngest>>) {
-    let state = AppState::new(store, calls, admin_key, max_body_bytes);
+    let state = AppState::new(store, calls, admin_key, limits);
     let otlp = roles.ingest.then(|| OtlpIngest::new(state.clone()));
     let mut router = Router::new().merge(heddle_query::public_routes());
     if roles.query {

@@ -34,8 +34,25 @@ pub struct AppState {
     pub decode_budget: DecodeBudget,
 }
 
-/// The default decode budget: with the default 32 MiB body limit, four of the largest bodies
-/// decode at once, and any number of ordinary ones.
+/// How much request bodies may cost: each one's size, and all decoding at once
+/// (`docs/limits.md`).
+#[derive(Debug, Clone, Copy)]
+pub struct BodyLimits {
+    /// Largest request body accepted, as sent and after decompression (413 above).
+    pub max_body_bytes: usize,
+    /// Room for decoding request bodies at once (`crate::budget`).
+    pub decode_budget_bytes: usize,
+}
+
+impl BodyLimits {
+    /// A body limit with the default decode budget.
+    pub fn new(max_body_bytes: usize) -> BodyLimits {
+        BodyLimits { max_body_bytes, decode_budget_bytes: DEFAULT_DECODE_BUDGET_BYTES }
+    }
+}
+
+/// The default decode budget: with the default 32 MiB body limit, the largest bodies decode a
+/// few at a time, and ordinary ones by the hundred.
 pub const DEFAULT_DECODE_BUDGET_BYTES: usize = 512 << 20;
 
 impl AppState {
@@ -44,14 +61,14 @@ impl AppState {
         store: Arc<dyn Store>,
         calls: Option<Arc<dyn CallSink>>,
         admin_key: Option<&str>,
-        max_body_bytes: usize,
+        limits: BodyLimits,
     ) -> Arc<AppState> {
         Arc::new(AppState {
             auth: Auth::new(store.clone(), admin_key),
             calls: calls.unwrap_or_else(|| Arc::new(StoreSink(store.clone()))),
             store,
-            max_body_bytes,
-            decode_budget: DecodeBudget::new(DEFAULT_DECODE_BUDGET_BYTES),
+            max_body_bytes: limits.max_body_bytes,
+            decode_budget: DecodeBudget::new(limits.decode_budget_bytes),
         })
     }
 }
