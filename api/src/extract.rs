@@ -19,9 +19,9 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
-use crate::budget::{Admitted, CONTAINER_COST, DECODE_FACTOR};
+use crate::budget::{Admitted, DECODE_FACTOR, VALUE_COST};
 use crate::{ApiError, AppState};
-use heddle_proto::limits::{MAX_JSON_CONTAINERS, MAX_JSON_DEPTH, json_shape};
+use heddle_proto::limits::{MAX_JSON_DEPTH, MAX_JSON_VALUES, json_shape};
 
 /// How much of an oversized body is read and discarded so the client gets its 413 cleanly.
 const DRAIN_BYTES: usize = 64 * 1024 * 1024;
@@ -134,15 +134,15 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T
         // many objects and arrays it holds more than on its bytes.
         let (bytes, shape) = blocking(move || {
             let shape = json_shape(&bytes, MAX_JSON_DEPTH);
-            if shape.containers > MAX_JSON_CONTAINERS {
+            if shape.values > MAX_JSON_VALUES {
                 return Err(ApiError::bad_request(format!(
-                    "the body holds more than {MAX_JSON_CONTAINERS} JSON objects and arrays"
+                    "the body holds more than {MAX_JSON_VALUES} JSON values"
                 )));
             }
             Ok((bytes, shape))
         })
         .await?;
-        let cost = bytes.len() * 2 + shape.containers * CONTAINER_COST;
+        let cost = bytes.len() * 2 + shape.values * VALUE_COST;
         let _admitted = state.decode_budget.admit(cost, Some(admitted)).await?;
         blocking(move || parse(&bytes)).await.map(Json)
     }

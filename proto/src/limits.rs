@@ -70,13 +70,15 @@ pub fn check_json_text(what: &str, text: &str) -> Result<(), ProtoError> {
         .map_err(|e| ProtoError::invalid(format!("{what} is not valid JSON: {e}")))
 }
 
-/// What JSON text will parse into: its deepest nesting, and how many objects and arrays it
-/// holds. Found in one pass over the bytes, before any parsing; meaningful for well-formed text
-/// only (the caller parses it afterwards).
+/// What JSON text will parse into: its deepest nesting, how many objects and arrays it holds,
+/// and about how many values in all (objects, arrays and scalars: one more per comma). Found in
+/// one pass over the bytes, before any parsing; meaningful for well-formed text only (the
+/// caller parses it afterwards).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct JsonShape {
     pub depth: usize,
     pub containers: usize,
+    pub values: usize,
 }
 
 /// The [`JsonShape`] of `text`; counting stops once the depth passes `stop_at`.
@@ -96,9 +98,11 @@ pub fn json_shape(text: &[u8], stop_at: usize) -> JsonShape {
         }
         match b {
             b'"' => in_string = true,
+            b',' => shape.values += 1,
             b'[' | b'{' => {
                 depth += 1;
                 shape.containers += 1;
+                shape.values += 1;
                 shape.depth = shape.depth.max(depth);
                 if shape.depth > stop_at {
                     return shape;
@@ -115,9 +119,10 @@ fn text_depth(text: &str, stop_at: usize) -> usize {
     json_shape(text.as_bytes(), stop_at).depth
 }
 
-/// Objects and arrays in one JSON request body. Each costs ~80 bytes once parsed, even when it
-/// is two bytes (`[]`) in the body, so this bounds what a body can parse into (~160 MB).
-pub const MAX_JSON_CONTAINERS: usize = 2_000_000;
+/// Values (objects, arrays and scalars) in one JSON request body. Each costs ~100 bytes once
+/// parsed however short it is in the text (`0,` is two bytes), so this bounds what one body can
+/// parse into (~400 MB, which the decode budget then shares out).
+pub const MAX_JSON_VALUES: usize = 4_000_000;
 
 /// The nesting depth of a value (a scalar is 0, `{}` and `[]` are 1), found without recursion,
 /// and without looking further down than `stop_at`.
@@ -187,6 +192,12 @@ mod tests {
         assert!(check_json_text("x", "{\"a\": ").unwrap_err().to_string().contains("not valid"));
         // A million levels are refused without exhausting the stack.
         assert!(check_json_text("x", &nested(1_000_000)).is_err());
+    }
+
+    #[test]
+    fn shape_counts_values_outside_strings() {
+        let shape = json_shape(br#"{"a": [1, 2, {"b": "x,[{"}], "c": {}}"#, usize::MAX);
+        assert_eq!(shape, JsonShape { depth: 3, containers: 4, values: 7 });
     }
 
     #[test]
