@@ -317,7 +317,7 @@ pub(crate) async fn run(args: &Args) -> anyhow::Result<Vec<String>> {
     );
     let header: Vec<String> = bins.iter().map(|b| format!("`{}`", b.display())).collect();
     println!("| measure | {} |", header.join(" | "));
-    println!("|---|{}|", "---|".repeat(bins.len()));
+    println!("|---|{}", "---|".repeat(bins.len()));
     let row = |name: &str, f: &dyn Fn(&Run) -> String| {
         let cells: Vec<String> = runs.iter().map(f).collect();
         println!("| {name} | {} |", cells.join(" | "));

@@ -84,33 +84,49 @@ pub struct JsonShape {
 /// The [`JsonShape`] of `text`; counting stops once the depth passes `stop_at`.
 pub fn json_shape(text: &[u8], stop_at: usize) -> JsonShape {
     let mut shape = JsonShape::default();
-    let mut depth = 0usize;
+    // Open containers (`[` or `{`), innermost last: whether a string is a key or a value.
+    let mut open: Vec<u8> = Vec::new();
+    // The last byte outside strings and whitespace; the top level reads as after a comma.
+    let mut prev = b',';
     let (mut in_string, mut escaped) = (false, false);
     for &b in text {
         if in_string {
             match b {
                 _ if escaped => escaped = false,
                 b'\\' => escaped = true,
-                b'"' => in_string = false,
+                b'"' => {
+                    in_string = false;
+                    prev = b'"';
+                }
                 _ => {}
             }
             continue;
         }
         match b {
-            b'"' => in_string = true,
-            b',' => shape.values += 1,
+            b' ' | b'\n' | b'\r' | b'\t' => continue,
+            b'"' => {
+                in_string = true;
+                let key = open.last() == Some(&b'{') && matches!(prev, b'{' | b',');
+                shape.values += usize::from(!key);
+            }
             b'[' | b'{' => {
-                depth += 1;
+                open.push(b);
                 shape.containers += 1;
                 shape.values += 1;
-                shape.depth = shape.depth.max(depth);
+                shape.depth = shape.depth.max(open.len());
                 if shape.depth > stop_at {
                     return shape;
                 }
             }
-            b']' | b'}' => depth = depth.saturating_sub(1),
+            b']' | b'}' => {
+                open.pop();
+            }
+            b',' | b':' => {}
+            // The first byte of a number, `true`, `false` or `null`.
+            _ if matches!(prev, b'[' | b',' | b':') => shape.values += 1,
             _ => {}
         }
+        prev = b;
     }
     shape
 }
@@ -196,8 +212,11 @@ mod tests {
 
     #[test]
     fn shape_counts_values_outside_strings() {
-        let shape = json_shape(br#"{"a": [1, 2, {"b": "x,[{"}], "c": {}}"#, usize::MAX);
-        assert_eq!(shape, JsonShape { depth: 3, containers: 4, values: 7 });
+        let shape = json_shape(br#"{"a": [1, 2, {"b": "x,[{\"", "d": null}], "c": {}}"#, 10);
+        assert_eq!(shape, JsonShape { depth: 3, containers: 4, values: 8 });
+        assert_eq!(json_shape(b"[[],[],[]]", 10).values, 4);
+        assert_eq!(json_shape(b" -1.5e3 ", 10).values, 1);
+        assert_eq!(json_shape(b"[]", 10).values, 1);
     }
 
     #[test]

@@ -16,7 +16,9 @@ use crate::limits::{MAX_SPANS_PER_REQUEST, MAX_VALUES_PER_REQUEST};
 pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError> {
     let bad = |e: serde_json::Error| ProtoError::invalid(format!("invalid OTLP/JSON body: {e}"));
     // Counted in the text first: parsing itself is where empty objects grow 30-fold.
-    if crate::limits::json_shape(body, usize::MAX).containers > MAX_VALUES_PER_REQUEST {
+    if crate::limits::json_shape(body, crate::limits::MAX_JSON_DEPTH).containers
+        > MAX_VALUES_PER_REQUEST
+    {
         return Err(too_many_values());
     }
     let mut v: Value = serde_json::from_slice(body).map_err(bad)?;
