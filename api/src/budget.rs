@@ -64,6 +64,31 @@ impl DecodeBudget {
     }
 }
 
+/// Where the JSON extractor leaves its [`Admitted`] so that it is held until the handler has
+/// answered, not only while the body is parsed: the parsed request lives as long as the handler
+/// does. [`hold_admissions`] puts one in every request.
+#[derive(Clone, Default)]
+pub struct AdmissionSlot(Arc<std::sync::Mutex<Vec<Admitted>>>);
+
+impl AdmissionSlot {
+    pub fn keep(&self, admitted: Admitted) {
+        self.0.lock().expect("not poisoned").push(admitted);
+    }
+}
+
+/// Middleware: gives each request an [`AdmissionSlot`] and releases what it holds once the
+/// handler has produced its response.
+pub async fn hold_admissions(
+    mut req: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    let slot = AdmissionSlot::default();
+    req.extensions_mut().insert(slot.clone());
+    let response = next.run(req).await;
+    drop(slot);
+    response
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
-use crate::budget::{Admitted, DECODE_FACTOR, VALUE_COST};
+use crate::budget::{AdmissionSlot, Admitted, DECODE_FACTOR, VALUE_COST};
 use crate::{ApiError, AppState};
 use heddle_proto::limits::{MAX_JSON_DEPTH, MAX_JSON_VALUES, json_shape};
 
@@ -125,6 +125,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        let slot = req.extensions().get::<AdmissionSlot>().cloned();
         let body = EncodedBody::from_request(req, state).await?;
         if body.bytes.len() <= INLINE_DECODE_BYTES && body.encoding == Encoding::Identity {
             return parse(&body.bytes).map(Json);
@@ -143,8 +144,14 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T
         })
         .await?;
         let cost = bytes.len() * 2 + shape.values * VALUE_COST;
-        let _admitted = state.decode_budget.admit(cost, Some(admitted)).await?;
-        blocking(move || parse(&bytes)).await.map(Json)
+        let admitted = state.decode_budget.admit(cost, Some(admitted)).await?;
+        let parsed = blocking(move || parse(&bytes)).await.map(Json);
+        // Held until the handler answers (the parsed body lives that long), where the server
+        // provides a slot; else until here.
+        if let Some(slot) = slot {
+            slot.keep(admitted);
+        }
+        parsed
     }
 }
 
