@@ -207,11 +207,12 @@ struct HttpArgs {
     /// Largest accepted request body, in bytes (413 above).
     #[arg(long, env = "HEDDLE_MAX_BODY_BYTES", default_value_t = 32 * 1024 * 1024)]
     max_body_bytes: usize,
-    /// Bytes of request bodies decoded at once, each charged for what it parses into; past it
-    /// requests wait up to 5 s, then get 503 (docs/limits.md).
-    #[arg(long, env = "HEDDLE_DECODE_BUDGET_BYTES",
-          default_value_t = heddle_api::state::DEFAULT_DECODE_BUDGET_BYTES)]
-    decode_budget_bytes: usize,
+    /// Memory that decoding request bodies and building answers from stored values may take at
+    /// once (each charged for what it becomes); past it requests wait up to 5 s, then get 503
+    /// (docs/limits.md).
+    #[arg(long, env = "HEDDLE_MEMORY_BUDGET_BYTES",
+          default_value_t = heddle_api::state::DEFAULT_MEMORY_BUDGET_BYTES)]
+    memory_budget_bytes: usize,
     /// A GeoIP database (MaxMind DB format, e.g. GeoLite2-City.mmdb) for `/geolocate`.
     #[arg(long, env = "HEDDLE_GEOIP_DB")]
     geoip_db: Option<PathBuf>,
@@ -463,7 +464,7 @@ async fn serve(
     };
     let body_limits = heddle_api::BodyLimits {
         max_body_bytes: args.max_body_bytes,
-        decode_budget_bytes: args.decode_budget_bytes,
+        memory_budget_bytes: args.memory_budget_bytes,
     };
     let (app, otlp_ingest) =
         server::app(store, calls, admin_key.as_deref(), body_limits, geoip, roles);

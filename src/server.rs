@@ -73,7 +73,7 @@ pub fn app(
             (StatusCode::METHOD_NOT_ALLOWED, axum::Json(body))
         })
         .layer(Extension(geoip))
-        // A decoded body's share of the decode budget is held until its handler has answered.
+        // A decoded body's share of the memory budget is held until its handler has answered.
         .layer(axum::middleware::from_fn(heddle_api::budget::hold_admissions))
         // Bodies are limited (and oversized ones drained) by heddle_api::extract instead.
         .layer(DefaultBodyLimit::disable())

@@ -1,9 +1,10 @@
-//! The decode budget: how many bytes of request bodies the server decompresses and parses at
-//! once. Parsing turns a body into structures a few times its size (up to ~15× for JSON made of
-//! empty arrays), so requests are admitted against a shared budget and wait for room, briefly;
-//! when none frees up they get 503 with `Retry-After` instead of growing the heap. The bound
-//! this gives (`docs/limits.md`): memory for decoding stays within the budget, whatever the
-//! number of connections.
+//! The memory budget: how much memory requests may take at once for the work that grows with
+//! what a client sends or asks for — decompressing and parsing bodies (a body parses into up to
+//! ~40× its bytes), and building answers out of copies of stored values (refs, expanded calls).
+//! Work is admitted against the shared budget as its size becomes known and waits for room,
+//! briefly; when none frees up the request gets 503 with `Retry-After` instead of growing the
+//! heap. The bound this gives (`docs/limits.md`): that memory stays within the budget, whatever
+//! the number of connections.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -24,7 +25,8 @@ const ADMIT_WAIT: Duration = Duration::from_secs(5);
 /// Permits are counted in KiB, so the budget fits a semaphore's counter.
 const UNIT: usize = 1024;
 
-pub struct DecodeBudget {
+#[derive(Clone)]
+pub struct MemoryBudget {
     permits: Arc<Semaphore>,
     total_units: u32,
 }
@@ -32,11 +34,11 @@ pub struct DecodeBudget {
 /// Room in the budget, given back when dropped.
 pub struct Admitted(OwnedSemaphorePermit);
 
-impl DecodeBudget {
+impl MemoryBudget {
     /// A budget of `bytes` (at least one largest body's worth, so every request can run alone).
-    pub fn new(bytes: usize) -> DecodeBudget {
+    pub fn new(bytes: usize) -> MemoryBudget {
         let units = (bytes / UNIT).clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
-        DecodeBudget { permits: Arc::new(Semaphore::new(units)), total_units: units as u32 }
+        MemoryBudget { permits: Arc::new(Semaphore::new(units)), total_units: units as u32 }
     }
 
     /// Waits for room for `cost` bytes of decoding in all. A body is admitted in steps as more
@@ -57,7 +59,7 @@ impl DecodeBudget {
                 Ok(Admitted(permit))
             }
             _ => Err(ApiError::Overloaded(
-                "the server is decoding as many request bodies as it has memory for; retry later"
+                "the server is busy with as much request data as it has memory for; retry later"
                     .into(),
             )),
         }
@@ -95,7 +97,7 @@ mod tests {
 
     #[tokio::test]
     async fn requests_wait_for_room_then_are_turned_away() {
-        let budget = DecodeBudget::new(8 * 1024 * 1024);
+        let budget = MemoryBudget::new(8 * 1024 * 1024);
         // 8 MiB fills the whole budget.
         let first = budget.admit(8 * 1024 * 1024, None).await.unwrap();
         tokio::time::pause();

@@ -144,7 +144,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T
         })
         .await?;
         let cost = bytes.len() * 2 + shape.values * VALUE_COST;
-        let admitted = state.decode_budget.admit(cost, Some(admitted)).await?;
+        let admitted = state.memory_budget.admit(cost, Some(admitted)).await?;
         let parsed = blocking(move || parse(&bytes)).await.map(Json);
         // Held until the handler answers (the parsed body lives that long), where the server
         // provides a slot; else until here.
@@ -155,19 +155,19 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T
     }
 }
 
-/// Decompresses a body within the decode budget (`crate::budget`), on the blocking pool; the
+/// Decompresses a body within the memory budget (`crate::budget`), on the blocking pool; the
 /// admission covers parsing what comes out, and is held until the caller drops it.
 pub async fn admit_and_decode(
     state: &AppState,
     body: EncodedBody,
 ) -> Result<(Bytes, Admitted), ApiError> {
     let limit = state.max_body_bytes;
-    let admitted = state.decode_budget.admit(body.bytes.len() * DECODE_FACTOR, None).await?;
+    let admitted = state.memory_budget.admit(body.bytes.len() * DECODE_FACTOR, None).await?;
     if body.encoding == Encoding::Identity {
         return Ok((body.bytes, admitted));
     }
     let bytes = blocking(move || body.encoding.decode(body.bytes, limit)).await?;
-    let admitted = state.decode_budget.admit(bytes.len() * DECODE_FACTOR, Some(admitted)).await?;
+    let admitted = state.memory_budget.admit(bytes.len() * DECODE_FACTOR, Some(admitted)).await?;
     Ok((bytes, admitted))
 }
 

@@ -8,7 +8,7 @@ pub mod extract;
 pub mod state;
 
 pub use auth::{Auth, Principal};
-pub use budget::DecodeBudget;
+pub use budget::MemoryBudget;
 pub use error::ApiError;
 pub use extract::{EncodedBody, Encoding, Json, RawBody, admit_and_decode, blocking};
 pub use state::{AppState, BodyLimits, CallSink, StoreSink};

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use heddle_proto::calls::CallPart;
 use heddle_store::Store;
 
-use crate::{ApiError, Auth, DecodeBudget};
+use crate::{ApiError, Auth, MemoryBudget};
 
 /// Where the ingest endpoints put call parts. It returns only once the parts are durable: in the
 /// store (embedded mode) or acknowledged by Kafka (distributed mode).
@@ -30,30 +30,32 @@ pub struct AppState {
     pub auth: Auth,
     /// Largest request body accepted (413 above).
     pub max_body_bytes: usize,
-    /// Room for decoding request bodies at once (`crate::budget`).
-    pub decode_budget: DecodeBudget,
+    /// Memory for decoding bodies and building answers, shared by all requests
+    /// (`crate::budget`).
+    pub memory_budget: MemoryBudget,
 }
 
-/// How much request bodies may cost: each one's size, and all decoding at once
+/// How much requests may cost: each body's size, and the memory all requests' decoding and
+/// answer building may take at once
 /// (`docs/limits.md`).
 #[derive(Debug, Clone, Copy)]
 pub struct BodyLimits {
     /// Largest request body accepted, as sent and after decompression (413 above).
     pub max_body_bytes: usize,
-    /// Room for decoding request bodies at once (`crate::budget`).
-    pub decode_budget_bytes: usize,
+    /// See [`AppState::memory_budget`].
+    pub memory_budget_bytes: usize,
 }
 
 impl BodyLimits {
-    /// A body limit with the default decode budget.
+    /// A body limit with the default memory budget.
     pub fn new(max_body_bytes: usize) -> BodyLimits {
-        BodyLimits { max_body_bytes, decode_budget_bytes: DEFAULT_DECODE_BUDGET_BYTES }
+        BodyLimits { max_body_bytes, memory_budget_bytes: DEFAULT_MEMORY_BUDGET_BYTES }
     }
 }
 
-/// The default decode budget: with the default 32 MiB body limit, the largest bodies decode a
+/// The default memory budget: with the default 32 MiB body limit, the largest bodies decode a
 /// few at a time, and ordinary ones by the hundred.
-pub const DEFAULT_DECODE_BUDGET_BYTES: usize = 512 << 20;
+pub const DEFAULT_MEMORY_BUDGET_BYTES: usize = 512 << 20;
 
 impl AppState {
     /// `calls: None` writes calls straight into `store`.
@@ -68,7 +70,7 @@ impl AppState {
             calls: calls.unwrap_or_else(|| Arc::new(StoreSink(store.clone()))),
             store,
             max_body_bytes: limits.max_body_bytes,
-            decode_budget: DecodeBudget::new(limits.decode_budget_bytes),
+            memory_budget: MemoryBudget::new(limits.memory_budget_bytes),
         })
     }
 }

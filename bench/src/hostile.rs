@@ -247,7 +247,11 @@ async fn run_one(bin: &Path, args: &Args) -> anyhow::Result<Run> {
     };
     let deadline = Instant::now() + Duration::from_secs(args.hostile_secs);
     let mut senders = Vec::new();
-    for attack in attacks(&project, &refs) {
+    let chosen = attacks(&project, &refs).into_iter().filter(|a| {
+        args.hostile_attack.is_empty()
+            || args.hostile_attack.iter().any(|f| a.name.contains(f.as_str()))
+    });
+    for attack in chosen {
         let attack = Arc::new(attack);
         for _ in 0..args.concurrency.max(1) {
             let (attack, client, base, key) =

@@ -191,6 +191,9 @@ struct Args {
     /// How long the attacks run.
     #[arg(long, default_value_t = 20, help_heading = "Hostile load")]
     hostile_secs: u64,
+    /// Only the attacks whose names contain one of these (comma-separated); all by default.
+    #[arg(long, value_delimiter = ',', help_heading = "Hostile load")]
+    hostile_attack: Vec<String>,
     /// A second binary run through the same attacks (e.g. the previous commit's build).
     #[arg(long, help_heading = "Hostile load")]
     compare_bin: Option<PathBuf>,

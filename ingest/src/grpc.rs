@@ -4,7 +4,7 @@
 //!    message, so a request without a valid key costs no more than its headers;
 //! 2. take the message as bytes (tonic still enforces the message size limit, compressed and
 //!    decompressed) instead of letting tonic decode it on the async worker;
-//! 3. admit it against the decode budget, then count its spans and values on the wire and
+//! 3. admit it against the memory budget, then count its spans and values on the wire and
 //!    decode and convert it on the blocking pool — the same path as an OTLP/HTTP protobuf body,
 //!    so a message of empty spans is refused before it can decode into gigabytes.
 //!
@@ -92,7 +92,7 @@ impl UnaryService<Bytes> for Export {
                 let project = header_project(&request.metadata().clone().into_headers())?;
                 let body = request.into_inner();
                 let _admitted =
-                    ingest.state().decode_budget.admit(body.len() * DECODE_FACTOR, None).await?;
+                    ingest.state().memory_budget.admit(body.len() * DECODE_FACTOR, None).await?;
                 let decode = move || Ok::<_, ApiError>(otlp::decode_protobuf(&body)?);
                 ingest.export(&who, project, decode).await
             };

@@ -137,7 +137,7 @@ fn text_depth(text: &str, stop_at: usize) -> usize {
 
 /// Values (objects, arrays and scalars) in one JSON request body. Each costs ~100 bytes once
 /// parsed however short it is in the text (`0,` is two bytes), so this bounds what one body can
-/// parse into (~400 MB, which the decode budget then shares out).
+/// parse into (~400 MB, which the memory budget then shares out).
 pub const MAX_JSON_VALUES: usize = 4_000_000;
 
 /// The nesting depth of a value (a scalar is 0, `{}` and `[]` are 1), found without recursion,

@@ -82,9 +82,9 @@ async fn stream_query(
         Planned::Expand { candidates, plan } => {
             let store = state.store.clone();
             let chunks = if plan.sort.is_some() {
-                expand::sorted(store, candidates, *plan).await?
+                expand::sorted(store, state.memory_budget.clone(), candidates, *plan).await?
             } else {
-                expand::stream(store, candidates, *plan).await?
+                expand::stream(store, state.memory_budget.clone(), candidates, *plan).await?
             };
             let body = chunks.map(|c| {
                 c.map_err(|e| {
@@ -149,7 +149,8 @@ async fn query_stats(
     let count = match for_count(req).plan()? {
         Planned::Sql(q) => state.store.count_calls(q).await?,
         Planned::Expand { candidates, plan } if plan.residual.is_some() => {
-            expand::count(state.store.clone(), candidates, *plan).await?
+            expand::count(state.store.clone(), state.memory_budget.clone(), candidates, *plan)
+                .await?
         }
         // Expansion does not change which calls match.
         Planned::Expand { candidates, .. } => state.store.count_calls(candidates).await?,

@@ -18,9 +18,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use heddle_api::ApiError;
+use heddle_api::budget::{Admitted, MemoryBudget};
 use heddle_proto::calls::{Call, CallsQuery};
 use heddle_proto::expand::{CallValues, ExpandPlan, KeyPart, by_ids, compare_keys, eval, sort_key};
-use heddle_proto::limits::{MAX_MEMBER_DEPTH, MAX_RESOLVED_BYTES, json_depth};
+use heddle_proto::limits::{MAX_MEMBER_DEPTH, json_depth};
 use heddle_proto::refs::{self, ObjectRef, Ref};
 use heddle_store::{CallStream, Store};
 use serde_json::Value;
@@ -31,6 +32,8 @@ use crate::refs::Walker;
 const PAGE: usize = 500;
 /// ... or fewer, when their JSON members add up to this many bytes.
 const PAGE_BYTES: usize = 16 << 20;
+/// Most bytes of copied values one slice of expanded calls may hold (see [`Expander`]).
+const SLICE_COPY_BYTES: usize = 16 << 20;
 /// Most calls an order through an expand column may sort (the keys stay in memory).
 pub const MAX_SORTED_CALLS: usize = 100_000;
 /// Most bytes of sort keys (strings) such an order may hold.
@@ -41,12 +44,15 @@ const FETCH_BY_ID: usize = 1000;
 /// Expands pages of calls: replaces the ref at each expand column, shallow columns first.
 ///
 /// Each row gets its own copy of what a ref resolved to, so rows are expanded a slice at a
-/// time: as many as fit [`MAX_RESOLVED_BYTES`] of copies (a slice is halved until it fits), and
+/// time: as many as fit [`SLICE_COPY_BYTES`] of copies (a slice is halved until it fits), and
 /// the caller serialises or drops a slice before asking for the next. Expansion is idempotent
 /// (a replaced slot no longer holds a ref), so a slice that did not fit is simply retried.
 pub(crate) struct Expander {
     walker: Walker,
     plan: Arc<ExpandPlan>,
+    /// The current slice's copies are charged here, and released when the next is asked for.
+    budget: MemoryBudget,
+    admitted: Option<Admitted>,
     /// Rows read but not yet expanded.
     pending: VecDeque<CallValues>,
     /// Rows per slice: halved when a slice's copies do not fit, doubled back after one that did.
@@ -67,8 +73,19 @@ impl From<ApiError> for SliceError {
 }
 
 impl Expander {
-    pub(crate) fn new(store: Arc<dyn Store>, plan: Arc<ExpandPlan>) -> Expander {
-        Expander { walker: Walker::new(store), plan, pending: VecDeque::new(), take: PAGE }
+    pub(crate) fn new(
+        store: Arc<dyn Store>,
+        plan: Arc<ExpandPlan>,
+        budget: MemoryBudget,
+    ) -> Expander {
+        Expander {
+            walker: Walker::new(store),
+            plan,
+            budget,
+            admitted: None,
+            pending: VecDeque::new(),
+            take: PAGE,
+        }
     }
 
     /// Queues rows for [`Expander::next_slice`].
@@ -92,6 +109,8 @@ impl Expander {
 
     /// The next queued rows, expanded; empty when nothing is queued.
     async fn next_slice(&mut self) -> Result<Vec<CallValues>, ApiError> {
+        // The previous slice has been sent or dropped by now.
+        self.admitted = None;
         loop {
             let n = self.take.min(self.pending.len());
             let mut slice: Vec<CallValues> = self.pending.drain(..n).collect();
@@ -108,7 +127,7 @@ impl Expander {
                 }
                 Err(SliceError::Oversized) => {
                     return Err(ApiError::TooLarge(format!(
-                        "expanding one call would copy more than {MAX_RESOLVED_BYTES} bytes of \
+                        "expanding one call would copy more than {SLICE_COPY_BYTES} bytes of \
                          referenced values: ask for fewer expand_columns"
                     )));
                 }
@@ -171,9 +190,12 @@ impl Expander {
                 .filter_map(|(_, _, uri)| resolved.get(uri))
                 .map(|r| r.1)
                 .sum::<usize>();
-            if copied > MAX_RESOLVED_BYTES {
+            if copied > SLICE_COPY_BYTES {
                 return Err(SliceError::Oversized);
             }
+            // The copies, and the text they become when the slice is sent.
+            let held = self.admitted.take();
+            self.admitted = Some(self.budget.admit(copied * 2, held).await?);
             for (i, j, uri) in targets {
                 if let Some((val, _)) = resolved.get(&uri) {
                     let col = &group[j];
@@ -262,6 +284,7 @@ struct Scan {
 /// Expansion only, or a filter through an expand column (no in-memory order).
 pub(crate) async fn stream(
     store: Arc<dyn Store>,
+    budget: MemoryBudget,
     candidates: CallsQuery,
     plan: ExpandPlan,
 ) -> Result<Chunks, ApiError> {
@@ -272,7 +295,7 @@ pub(crate) async fn stream(
     let scan = Scan {
         rows,
         exhausted: false,
-        expander: Expander::new(store, plan.clone()),
+        expander: Expander::new(store, plan.clone(), budget),
         skip,
         left,
         done: left == Some(0),
@@ -337,12 +360,13 @@ async fn first_ready(mut chunks: Chunks) -> Result<Chunks, ApiError> {
 /// An order through an expand column: sort the matches' keys, then read the page by id.
 pub(crate) async fn sorted(
     store: Arc<dyn Store>,
+    budget: MemoryBudget,
     candidates: CallsQuery,
     plan: ExpandPlan,
 ) -> Result<Chunks, ApiError> {
     let plan = Arc::new(plan);
     let sort = plan.sort.clone().expect("sorted() is for plans that sort in memory");
-    let mut expander = Expander::new(store.clone(), plan.clone());
+    let mut expander = Expander::new(store.clone(), plan.clone(), budget);
     let mut rows = store.query_calls(candidates).await?;
     let mut keyed: Vec<(Vec<KeyPart>, String)> = Vec::new();
     let mut key_bytes = 0usize;
@@ -416,11 +440,12 @@ pub(crate) async fn sorted(
 /// `query_stats` with a filter through an expand column: counts the matches, up to `limit`.
 pub(crate) async fn count(
     store: Arc<dyn Store>,
+    budget: MemoryBudget,
     candidates: CallsQuery,
     plan: ExpandPlan,
 ) -> Result<u64, ApiError> {
     let limit = plan.limit;
-    let mut expander = Expander::new(store.clone(), Arc::new(plan));
+    let mut expander = Expander::new(store.clone(), Arc::new(plan), budget);
     let mut rows = store.query_calls(candidates).await?;
     let mut n = 0u64;
     let mut exhausted = false;
@@ -457,6 +482,10 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    fn budget() -> MemoryBudget {
+        MemoryBudget::new(64 << 20)
+    }
 
     /// The SQLite store, counting the reads ref resolution makes.
     struct Counting {
@@ -676,7 +705,7 @@ mod tests {
         let body =
             json!({"project_id": "e/p", "expand_columns": ["inputs.example", "inputs.model"]});
         let (q, plan) = planned(body);
-        let out = lines(stream(store.clone(), q, plan).await.unwrap()).await;
+        let out = lines(stream(store.clone(), budget(), q, plan).await.unwrap()).await;
         assert_eq!(out.len(), n);
         for (i, call) in out.iter().enumerate() {
             let mut want = vals[i % 40].clone();
@@ -697,7 +726,7 @@ mod tests {
                           "sort_by": [{"field": "inputs.example.i", "direction": "desc"}],
                           "limit": 5, "offset": 1});
         let (q, plan) = planned(body);
-        let out = lines(sorted(store.clone(), q, plan).await.unwrap()).await;
+        let out = lines(sorted(store.clone(), budget(), q, plan).await.unwrap()).await;
         // i = 39 belongs to calls 39, 79, ... (30 of them); skip the first.
         let want: Vec<String> = (1..6).map(|k| format!("c{:04}", 39 + 40 * k)).collect();
         assert_eq!(out.iter().map(|c| c["id"].as_str().unwrap()).collect::<Vec<_>>(), want);
@@ -710,10 +739,10 @@ mod tests {
                           "query": {"$expr": {"$eq": [{"$getField": "inputs.example.label"},
                                                       {"$literal": "l7"}]}}});
         let (q, plan) = planned(body.clone());
-        assert_eq!(count(store.clone(), q, plan).await.unwrap(), 30);
+        assert_eq!(count(store.clone(), budget(), q, plan).await.unwrap(), 30);
         let mut capped = body;
         capped["limit"] = json!(4);
         let (q, plan) = planned(capped);
-        assert_eq!(count(store.clone(), q, plan).await.unwrap(), 4);
+        assert_eq!(count(store.clone(), budget(), q, plan).await.unwrap(), 4);
     }
 }

@@ -15,6 +15,7 @@ use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use heddle_api::budget::{Admitted, MemoryBudget};
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::ProjectId;
 use heddle_proto::limits::MAX_RESOLVED_BYTES;
@@ -59,7 +60,7 @@ async fn read_batch(
     // Each distinct ref is resolved once; the answer is written as it is built, within
     // MAX_RESOLVED_BYTES, so a thousand refs to one large object never hold a thousand copies.
     let mut seen: HashMap<&str, Option<Arc<Value>>> = HashMap::new();
-    let mut body = ResolvedWriter::new(b"{\"vals\":[");
+    let mut body = ResolvedWriter::new(b"{\"vals\":[", state.memory_budget.clone());
     for (i, (root, uri)) in roots.into_iter().zip(&req.refs).enumerate() {
         let val = match seen.get(uri.as_str()) {
             Some(v) => v.clone(),
@@ -69,7 +70,7 @@ async fn read_batch(
         if i > 0 {
             body.raw(b",")?;
         }
-        body.value(val.as_deref().unwrap_or(&Value::Null))?;
+        body.value(val.as_deref().unwrap_or(&Value::Null)).await?;
         seen.insert(uri, val);
         walker.trim();
     }
@@ -78,14 +79,20 @@ async fn read_batch(
 }
 
 /// A JSON answer built from resolved values, refused once it grows past
-/// [`MAX_RESOLVED_BYTES`].
+/// [`MAX_RESOLVED_BYTES`]; as it grows it is charged to the memory budget.
 pub(crate) struct ResolvedWriter {
     buf: Vec<u8>,
+    budget: MemoryBudget,
+    admitted: Option<Admitted>,
+    charged: usize,
 }
 
+/// The answer is charged to the budget this much ahead of its size.
+const CHARGE_STEP: usize = 4 << 20;
+
 impl ResolvedWriter {
-    pub(crate) fn new(head: &[u8]) -> ResolvedWriter {
-        ResolvedWriter { buf: head.to_vec() }
+    pub(crate) fn new(head: &[u8], budget: MemoryBudget) -> ResolvedWriter {
+        ResolvedWriter { buf: head.to_vec(), budget, admitted: None, charged: 0 }
     }
 
     pub(crate) fn raw(&mut self, bytes: &[u8]) -> Result<(), ApiError> {
@@ -93,13 +100,18 @@ impl ResolvedWriter {
         self.check()
     }
 
-    pub(crate) fn value(&mut self, v: &Value) -> Result<(), ApiError> {
+    pub(crate) async fn value(&mut self, v: &Value) -> Result<(), ApiError> {
         let mut limited = Limited { inner: &mut self.buf, limit: MAX_RESOLVED_BYTES };
         match serde_json::to_writer(&mut limited, v) {
-            Err(e) if e.is_io() => Err(too_large()),
-            Err(e) => Err(ApiError::Internal(format!("serialising a resolved value: {e}"))),
-            Ok(()) => Ok(()),
+            Err(e) if e.is_io() => return Err(too_large()),
+            Err(e) => return Err(ApiError::Internal(format!("serialising a resolved value: {e}"))),
+            Ok(()) => {}
         }
+        if self.buf.len() > self.charged {
+            self.charged = self.buf.len() + CHARGE_STEP;
+            self.admitted = Some(self.budget.admit(self.charged, self.admitted.take()).await?);
+        }
+        Ok(())
     }
 
     fn check(&self) -> Result<(), ApiError> {
