@@ -2,9 +2,11 @@
 //! [`writer`]; reads use a pool of connections on blocking threads, so neither ever blocks the
 //! async runtime.
 
-mod functions;
+// `functions` and `sql` are public for the fuzz targets, which render queries and run them on
+// an in-memory database (docs/fuzzing.md).
+pub mod functions;
 pub mod migrations;
-mod sql;
+pub mod sql;
 mod writer;
 
 use std::collections::HashMap;
