@@ -70,7 +70,10 @@ fn strict_escapes(s: &str) -> bool {
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
     // Half the inputs get the scheme for free, so the fuzzer spends its time past it.
-    let uri = if text.starts_with('!') { format!("{SCHEME}{}", &text[1..]) } else { text.into() };
+    let uri = match text.strip_prefix('!') {
+        Some(rest) => format!("{SCHEME}{rest}"),
+        None => text.to_owned(),
+    };
     let _ = refs::is_ref(&uri);
     let Ok(r) = refs::parse(&uri) else { return };
 

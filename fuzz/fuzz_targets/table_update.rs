@@ -57,11 +57,11 @@ struct Input {
     edits: Vec<Edit>,
 }
 
-/// The expected outcome: (rows, per-edit digests, digests of new rows), or the failing edit.
-fn reference(
-    mut rows: Vec<String>,
-    edits: &[Edit],
-) -> Result<(Vec<String>, Vec<String>, Vec<String>), usize> {
+/// What the edits give: the rows, the digest per edit, and the digests of the rows brought in.
+type Outcome = (Vec<String>, Vec<String>, Vec<String>);
+
+/// The expected outcome, or the index of the first edit that fails.
+fn reference(mut rows: Vec<String>, edits: &[Edit]) -> Result<Outcome, usize> {
     let (mut updated, mut new_rows) = (Vec::new(), Vec::new());
     for (i, e) in edits.iter().enumerate() {
         match e {
