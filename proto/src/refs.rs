@@ -149,8 +149,10 @@ fn decode(s: &str) -> Option<String> {
     let mut i = 0;
     while i < b.len() {
         if b[i] == b'%' {
-            let hex = std::str::from_utf8(b.get(i + 1..i + 3)?).ok()?;
-            out.push(u8::from_str_radix(hex, 16).ok()?);
+            // Exactly two hex digits: `from_str_radix` alone also takes a sign, and read
+            // `%+5` as byte 5 (found by fuzzing, docs/fuzzing.md).
+            let hex = b.get(i + 1..i + 3).filter(|h| h.iter().all(u8::is_ascii_hexdigit))?;
+            out.push(u8::from_str_radix(std::str::from_utf8(hex).ok()?, 16).ok()?);
             i += 3;
         } else {
             out.push(b[i]);
@@ -226,5 +228,19 @@ mod tests {
         ] {
             assert!(parse(bad).is_err(), "{bad:?} parsed");
         }
+    }
+
+    #[test]
+    fn escapes_are_two_hex_digits_not_signed_numbers() {
+        // Found by fuzzing (docs/fuzzing.md): `%+2` decoded as byte 2.
+        for bad in
+            ["weave:///n/o/object/%+25", "weave:///e/p/object/x:1/key/a%+f", "weave:///e/p/op/%-1"]
+        {
+            assert!(parse(bad).is_err(), "{bad:?} parsed");
+        }
+        let Ref::Object(o) = parse("weave:///e/p/object/a%2b%2F:v1/key/%e2%9c%93").unwrap() else {
+            panic!()
+        };
+        assert_eq!((o.name.as_str(), o.extra), ("a+/", vec![Edge::Key("\u{2713}".into())]));
     }
 }

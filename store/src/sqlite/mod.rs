@@ -3,9 +3,11 @@
 //! async runtime.
 
 mod blobs;
-mod functions;
+// `functions` and `sql` are public for the fuzz targets, which render queries and run them on
+// an in-memory database (docs/fuzzing.md).
+pub mod functions;
 pub mod migrations;
-mod sql;
+pub mod sql;
 mod writer;
 
 use std::collections::HashMap;
