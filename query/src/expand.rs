@@ -18,10 +18,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use heddle_api::ApiError;
-use heddle_api::budget::{Admitted, MemoryBudget};
+use heddle_api::budget::{Admitted, MemoryBudget, VALUE_COST};
 use heddle_proto::calls::{Call, CallsQuery};
 use heddle_proto::expand::{CallValues, ExpandPlan, KeyPart, by_ids, compare_keys, eval, sort_key};
-use heddle_proto::limits::{MAX_MEMBER_DEPTH, json_depth};
+use heddle_proto::limits::{MAX_MEMBER_DEPTH, json_depth, json_shape};
 use heddle_proto::refs::{self, ObjectRef, Ref};
 use heddle_store::{CallStream, Store};
 use serde_json::Value;
@@ -30,8 +30,8 @@ use crate::refs::Walker;
 
 /// Calls whose refs are resolved together.
 const PAGE: usize = 500;
-/// ... or fewer, when their JSON members add up to this many bytes.
-const PAGE_BYTES: usize = 16 << 20;
+/// ... or fewer, when parsing their JSON members costs this much (see [`Expander::read_page`]).
+const PAGE_COST: usize = 64 << 20;
 /// Most bytes of copied values one slice of expanded calls may hold (see [`Expander`]).
 const SLICE_COPY_BYTES: usize = 16 << 20;
 /// Most calls an order through an expand column may sort (the keys stay in memory).
@@ -53,6 +53,9 @@ pub(crate) struct Expander {
     /// The current slice's copies are charged here, and released when the next is asked for.
     budget: MemoryBudget,
     admitted: Option<Admitted>,
+    /// The parsed rows read and not yet used up are charged here.
+    page_admitted: Option<Admitted>,
+    page_cost: usize,
     /// Rows read but not yet expanded.
     pending: VecDeque<CallValues>,
     /// Rows per slice: halved when a slice's copies do not fit, doubled back after one that did.
@@ -83,6 +86,8 @@ impl Expander {
             plan,
             budget,
             admitted: None,
+            page_admitted: None,
+            page_cost: 0,
             pending: VecDeque::new(),
             take: PAGE,
         }
@@ -100,11 +105,52 @@ impl Expander {
         exhausted: &mut bool,
     ) -> Result<bool, ApiError> {
         if self.pending.is_empty() && !*exhausted {
-            let (page, last) = next_page(rows, PAGE).await?;
+            self.release_page();
+            let (page, last) = self.read_page(rows, PAGE).await?;
             *exhausted = last;
             self.push(page);
         }
         Ok(!self.pending.is_empty())
+    }
+
+    /// Gives back the charge of the rows read so far: they are used up.
+    fn release_page(&mut self) {
+        self.page_admitted = None;
+        self.page_cost = 0;
+    }
+
+    /// The next page of calls from the store, as parsed rows: at most `n` rows and
+    /// [`PAGE_COST`] of parsing, charged to the memory budget before each row is parsed (a
+    /// stored member parses into up to ~40× its text) and held until the page is used up. The
+    /// flag says whether the store has no more rows.
+    async fn read_page(
+        &mut self,
+        rows: &mut CallStream,
+        n: usize,
+    ) -> Result<(Vec<CallValues>, bool), ApiError> {
+        let mut page = Vec::with_capacity(n.min(PAGE));
+        let start = self.page_cost;
+        while page.len() < n && self.page_cost - start < PAGE_COST {
+            match rows.next().await {
+                Some(call) => {
+                    let call = call?;
+                    self.page_cost +=
+                        [Some(&call.inputs), Some(&call.attributes), call.output.as_ref()]
+                            .into_iter()
+                            .flatten()
+                            .map(|raw| {
+                                let shape = json_shape(raw.get().as_bytes(), usize::MAX);
+                                raw.get().len() * 2 + shape.values * VALUE_COST
+                            })
+                            .sum::<usize>();
+                    let held = self.page_admitted.take();
+                    self.page_admitted = Some(self.budget.admit(self.page_cost, held).await?);
+                    page.push(CallValues::new(call));
+                }
+                None => return Ok((page, true)),
+            }
+        }
+        Ok((page, false))
     }
 
     /// The next queued rows, expanded; empty when nothing is queued.
@@ -218,26 +264,6 @@ impl Expander {
     fn matches(&self, row: &CallValues) -> bool {
         self.plan.residual.as_ref().is_none_or(|e| eval(e, row) == Some(true))
     }
-}
-
-/// The next page of calls from the store, as parsed rows: at most `n` rows and about
-/// [`PAGE_BYTES`] of their JSON. The flag says whether the store has no more rows.
-async fn next_page(rows: &mut CallStream, n: usize) -> Result<(Vec<CallValues>, bool), ApiError> {
-    let mut page = Vec::with_capacity(n.min(PAGE));
-    let mut bytes = 0;
-    while page.len() < n && bytes < PAGE_BYTES {
-        match rows.next().await {
-            Some(call) => {
-                let call = call?;
-                bytes += call.inputs.get().len()
-                    + call.attributes.get().len()
-                    + call.output.as_ref().map_or(0, |o| o.get().len());
-                page.push(CallValues::new(call));
-            }
-            None => return Ok((page, true)),
-        }
-    }
-    Ok((page, false))
 }
 
 /// The length of a value as JSON text, without building the text.
@@ -404,12 +430,13 @@ pub(crate) async fn sorted(
         async move {
             let out = async {
                 if ex.pending.is_empty() {
+                    ex.release_page();
                     let Some(ids) = batches.next() else { return Ok(None) };
                     let q = by_ids(&plan.project, ids.clone(), plan.user_columns);
                     let mut rows = store.query_calls(q).await?;
                     let mut by_id: HashMap<String, CallValues> = HashMap::new();
                     loop {
-                        let (page, last) = next_page(&mut rows, FETCH_BY_ID).await?;
+                        let (page, last) = ex.read_page(&mut rows, FETCH_BY_ID).await?;
                         by_id.extend(page.into_iter().map(|r| (r.call.id.clone(), r)));
                         if last {
                             break;
