@@ -17,9 +17,9 @@ use crate::ApiError;
 /// about it (typical JSON and protobuf decode into 2–4× their bytes).
 pub const DECODE_FACTOR: usize = 4;
 /// What one JSON value costs once parsed, beyond its bytes (JSON bodies are charged by their
-/// shape, counted before parsing: `0,` is 2 bytes of text and ~80 bytes parsed, more while its
-/// list grows).
-pub const VALUE_COST: usize = 96;
+/// shape, counted before parsing: `0,` is 2 bytes of text and 80 bytes parsed, up to twice that
+/// while the list holding it grows).
+pub const VALUE_COST: usize = 160;
 /// How long a request waits for room before it is turned away with 503.
 const ADMIT_WAIT: Duration = Duration::from_secs(5);
 /// Permits are counted in KiB, so the budget fits a semaphore's counter.
