@@ -3,7 +3,7 @@
 use bytes::Bytes;
 use heddle_proto::ProjectId;
 
-use super::rows::{Blob, ChunkDataRow, FileChunkRow};
+use super::rows::{ChunkDataRow, FileChunkRow};
 use super::sql::Sql;
 use super::{ClickHouseStore, backend};
 use crate::{Result, blobs, files};
@@ -26,14 +26,7 @@ impl ClickHouseStore {
         if n > 0 && n == u64::from(files::chunk_count(content.len())) {
             return Ok(());
         }
-        let rows: Vec<FileChunkRow> = files::chunks(&content)
-            .map(|(chunk_index, data)| FileChunkRow {
-                project_id: project.as_str().to_owned(),
-                digest: digest.to_owned(),
-                chunk_index,
-                data: Blob(data),
-            })
-            .collect();
+        let rows = FileChunkRow::split(project.as_str(), digest, &content);
         self.insert::<FileChunkRow>(CHUNKS, &rows).await
     }
 

@@ -126,7 +126,7 @@ mod tests {
 
     #[test]
     fn blobs_migration_is_idempotent() {
-        let (_, file) = MIGRATIONS.iter().find(|(v, _)| *v == 7).expect("version 7");
+        let (_, file) = MIGRATIONS.iter().find(|(v, _)| *v == 8).expect("version 8");
         let stmts = statements(file);
         assert_eq!(stmts.len(), 2, "{stmts:#?}");
         assert!(stmts.iter().all(|s| s.starts_with("CREATE TABLE IF NOT EXISTS")), "{stmts:#?}");

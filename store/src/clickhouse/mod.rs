@@ -433,14 +433,7 @@ impl Store for ClickHouseStore {
         if n > 0 {
             return Ok(());
         }
-        let chunks: Vec<FileChunkRow> = files::chunks(&content)
-            .map(|(chunk_index, data)| FileChunkRow {
-                project_id: project.as_str().to_owned(),
-                digest: digest.to_owned(),
-                chunk_index,
-                data: Blob(data),
-            })
-            .collect();
+        let chunks = FileChunkRow::split(project.as_str(), digest, &content);
         // Chunks first: the file row makes the file visible, complete.
         self.insert::<FileChunkRow>("file_chunks", &chunks).await?;
         let row = FileRow {

@@ -349,6 +349,20 @@ pub struct FileChunkRow {
     pub data: Blob,
 }
 
+impl FileChunkRow {
+    /// The chunk rows of `content` (files and blobs are stored alike).
+    pub fn split(project: &str, digest: &str, content: &bytes::Bytes) -> Vec<FileChunkRow> {
+        crate::files::chunks(content)
+            .map(|(chunk_index, data)| FileChunkRow {
+                project_id: project.to_owned(),
+                digest: digest.to_owned(),
+                chunk_index,
+                data: Blob(data),
+            })
+            .collect()
+    }
+}
+
 /// One row of `table_rows`.
 #[derive(Debug, Row, Serialize)]
 pub struct TableRowRow {
