@@ -20,6 +20,10 @@ pub const DECODE_FACTOR: usize = 4;
 /// shape, counted before parsing: `0,` is 2 bytes of text and 80 bytes parsed, up to twice that
 /// while the list holding it grows).
 pub const VALUE_COST: usize = 160;
+/// Bodies up to this size (as decoded) are not charged: what they can decode into is small
+/// (the per-request bounds of `docs/limits.md` apply), and a budget filled by one large body
+/// must not hold up everyone's ordinary requests.
+pub const UNCHARGED_BYTES: usize = 256 * 1024;
 /// How long a request waits for room before it is turned away with 503.
 const ADMIT_WAIT: Duration = Duration::from_secs(5);
 /// Permits are counted in KiB, so the budget fits a semaphore's counter.
@@ -39,6 +43,19 @@ impl MemoryBudget {
     pub fn new(bytes: usize) -> MemoryBudget {
         let units = (bytes / UNIT).clamp(1, Semaphore::MAX_PERMITS.min(u32::MAX as usize));
         MemoryBudget { permits: Arc::new(Semaphore::new(units)), total_units: units as u32 }
+    }
+
+    /// Admits a body of `len` decoded bytes for [`DECODE_FACTOR`] times its size, topping up
+    /// `held`; a small body (and nothing held) needs no room.
+    pub async fn admit_body(
+        &self,
+        len: usize,
+        held: Option<Admitted>,
+    ) -> Result<Option<Admitted>, ApiError> {
+        if len <= UNCHARGED_BYTES && held.is_none() {
+            return Ok(None);
+        }
+        self.admit(len * DECODE_FACTOR, held).await.map(Some)
     }
 
     /// Waits for room for `cost` bytes of decoding in all. A body is admitted in steps as more
@@ -110,6 +127,11 @@ mod tests {
         assert_eq!(grown.0.num_permits(), 8 * 1024);
         drop(grown);
         // A body bigger than the whole budget still runs alone.
-        assert!(budget.admit(usize::MAX / 8, None).await.is_ok());
+        let huge = budget.admit(usize::MAX / 8, None).await.unwrap();
+        // Small bodies need no room, even while the budget is full; larger ones wait.
+        assert!(budget.admit_body(UNCHARGED_BYTES, None).await.unwrap().is_none());
+        assert!(budget.admit_body(UNCHARGED_BYTES + 1, None).await.is_err());
+        drop(huge);
+        assert!(budget.admit_body(UNCHARGED_BYTES + 1, None).await.unwrap().is_some());
     }
 }

@@ -19,7 +19,7 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
-use crate::budget::{AdmissionSlot, Admitted, DECODE_FACTOR, VALUE_COST};
+use crate::budget::{AdmissionSlot, Admitted, DECODE_FACTOR, UNCHARGED_BYTES, VALUE_COST};
 use crate::{ApiError, AppState};
 use heddle_proto::limits::{MAX_JSON_DEPTH, MAX_JSON_VALUES, json_shape};
 
@@ -117,9 +117,9 @@ impl FromRequest<Arc<AppState>> for EncodedBody {
 /// A JSON request body (gzip accepted).
 pub struct Json<T>(pub T);
 
-/// Bodies up to this size are decoded where they arrive; larger ones on the blocking pool, so
-/// a 30 MiB parse never holds up an async worker (and `/health` with it).
-const INLINE_DECODE_BYTES: usize = 256 * 1024;
+/// Bodies up to this size are decoded where they arrive, uncharged; larger ones on the
+/// blocking pool, so a 30 MiB parse never holds up an async worker (and `/health` with it).
+const INLINE_DECODE_BYTES: usize = UNCHARGED_BYTES;
 
 impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T> {
     type Rejection = ApiError;
@@ -144,7 +144,7 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T
         })
         .await?;
         let cost = bytes.len() * 2 + shape.values * VALUE_COST;
-        let admitted = state.memory_budget.admit(cost, Some(admitted)).await?;
+        let admitted = state.memory_budget.admit(cost, admitted).await?;
         let parsed = blocking(move || parse(&bytes)).await.map(Json);
         // Held until the handler answers (the parsed body lives that long), where the server
         // provides a slot; else until here.
@@ -160,14 +160,17 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T
 pub async fn admit_and_decode(
     state: &AppState,
     body: EncodedBody,
-) -> Result<(Bytes, Admitted), ApiError> {
+) -> Result<(Bytes, Option<Admitted>), ApiError> {
     let limit = state.max_body_bytes;
-    let admitted = state.memory_budget.admit(body.bytes.len() * DECODE_FACTOR, None).await?;
+    let admitted = state.memory_budget.admit_body(body.bytes.len(), None).await?;
     if body.encoding == Encoding::Identity {
         return Ok((body.bytes, admitted));
     }
     let bytes = blocking(move || body.encoding.decode(body.bytes, limit)).await?;
-    let admitted = state.memory_budget.admit(bytes.len() * DECODE_FACTOR, Some(admitted)).await?;
+    let admitted = match admitted {
+        None if bytes.len() <= UNCHARGED_BYTES => None,
+        held => Some(state.memory_budget.admit(bytes.len() * DECODE_FACTOR, held).await?),
+    };
     Ok((bytes, admitted))
 }
 

@@ -18,7 +18,6 @@ use std::task::{Context, Poll};
 use axum::http;
 use bytes::{Buf, Bytes};
 use futures::future::BoxFuture;
-use heddle_api::budget::DECODE_FACTOR;
 use heddle_api::{ApiError, Principal};
 use heddle_proto::otlp;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
@@ -91,8 +90,7 @@ impl UnaryService<Bytes> for Export {
             let res = async {
                 let project = header_project(&request.metadata().clone().into_headers())?;
                 let body = request.into_inner();
-                let _admitted =
-                    ingest.state().memory_budget.admit(body.len() * DECODE_FACTOR, None).await?;
+                let _admitted = ingest.state().memory_budget.admit_body(body.len(), None).await?;
                 let decode = move || Ok::<_, ApiError>(otlp::decode_protobuf(&body)?);
                 ingest.export(&who, project, decode).await
             };
