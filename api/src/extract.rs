@@ -117,17 +117,15 @@ impl FromRequest<Arc<AppState>> for EncodedBody {
 /// A JSON request body (gzip accepted).
 pub struct Json<T>(pub T);
 
-/// Bodies up to this size are decoded where they arrive, uncharged; larger ones on the
-/// blocking pool, so a 30 MiB parse never holds up an async worker (and `/health` with it).
-const INLINE_DECODE_BYTES: usize = UNCHARGED_BYTES;
-
 impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T> {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
         let slot = req.extensions().get::<AdmissionSlot>().cloned();
         let body = EncodedBody::from_request(req, state).await?;
-        if body.bytes.len() <= INLINE_DECODE_BYTES && body.encoding == Encoding::Identity {
+        // Small bodies are parsed where they arrive, uncharged; larger ones on the blocking
+        // pool, so a 30 MiB parse never holds up an async worker (and `/health` with it).
+        if body.bytes.len() <= UNCHARGED_BYTES && body.encoding == Encoding::Identity {
             return parse(&body.bytes).map(Json);
         }
         let (bytes, admitted) = admit_and_decode(state, body).await?;
