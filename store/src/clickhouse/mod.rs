@@ -8,6 +8,7 @@
 //! assign atomically: see [`ClickHouseStore::create_object`].
 
 mod blobs;
+mod compile;
 pub mod migrations;
 mod rows;
 pub mod sql;

@@ -5,6 +5,7 @@
 mod blobs;
 // `functions` and `sql` are public for the fuzz targets, which render queries and run them on
 // an in-memory database (docs/fuzzing.md).
+mod compile;
 pub mod functions;
 pub mod migrations;
 pub mod sql;

@@ -1,0 +1,552 @@
+//! The SQLite compiler of the query language: renders a validated [`CallsQuery`] or
+//! [`FeedbackQuery`] as one parameterised statement. User values only ever travel as bound
+//! parameters; the only text spliced in is column names and operators chosen from enums here.
+
+use heddle_proto::calls::{
+    CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
+};
+use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
+use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
+use rusqlite::types::Value;
+
+/// The select list of a call row, in the order `row_to_call` reads it.
+pub fn call_columns(q: &CallsQuery) -> String {
+    let keep = |wanted: bool, col: &str| if wanted { col.to_owned() } else { "NULL".to_owned() };
+    let c = q.columns;
+    format!(
+        "id, project_id, op_name, display_name, trace_id, parent_id, thread_id, turn_id, \
+         started_at, ended_at, {}, {}, {}, exception, summary, {}, wb_user_id, wb_run_id, \
+         wb_run_step, wb_run_step_end, deleted_at",
+        keep(c.is_none_or(|c| c.attributes), "attributes"),
+        keep(c.is_none_or(|c| c.inputs), "inputs"),
+        keep(c.is_none_or(|c| c.output), "output"),
+        keep(c.is_none_or(|c| c.otel_dump), "otel_dump"),
+    )
+}
+
+/// A statement under construction: text plus its positional parameters.
+#[derive(Debug, Default)]
+pub struct Sql {
+    pub text: String,
+    pub params: Vec<Value>,
+}
+
+impl Sql {
+    pub(crate) fn push(&mut self, s: &str) -> &mut Self {
+        self.text.push_str(s);
+        self
+    }
+
+    pub(crate) fn bind(&mut self, v: impl Into<Value>) -> &mut Self {
+        self.text.push('?');
+        self.params.push(v.into());
+        self
+    }
+
+    pub(crate) fn bind_list(&mut self, items: &[String]) -> &mut Self {
+        self.push("(SELECT value FROM json_each(")
+            .bind(serde_json::to_string(items).expect("strings serialise"))
+            .push("))")
+    }
+}
+
+pub fn select_calls(q: &CallsQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT ").push(&call_columns(q)).push(" FROM calls WHERE ");
+    where_clause(&mut sql, q);
+    sql.push(" ORDER BY ");
+    for (i, (field, dir)) in q.sort.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        order_term(&mut sql, field, *dir);
+    }
+    if q.limit.is_some() || q.offset > 0 {
+        let limit = q.limit.map_or(-1, |l| l.min(i64::MAX as u64) as i64);
+        sql.push(" LIMIT ").bind(limit).push(" OFFSET ").bind(q.offset.min(i64::MAX as u64) as i64);
+    }
+    sql
+}
+
+pub fn count_calls(q: &CallsQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT COUNT(*) FROM (SELECT 1 FROM calls WHERE ");
+    where_clause(&mut sql, q);
+    if let Some(limit) = q.limit {
+        sql.push(" LIMIT ").bind(limit.min(i64::MAX as u64) as i64);
+    }
+    sql.push(")");
+    sql
+}
+
+pub(crate) fn where_clause(sql: &mut Sql, q: &CallsQuery) {
+    sql.push("project_id = ")
+        .bind(q.project.as_str().to_owned())
+        .push(" AND deleted_at IS NULL AND started_at IS NOT NULL");
+    filter(sql, &q.filter);
+    if let Some(e) = &q.expr {
+        sql.push(" AND (");
+        expr(sql, e);
+        sql.push(")");
+    }
+}
+
+pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
+    // Empty lists mean "no constraint", except thread and turn ids where the real server
+    // matches nothing (CONTRACT §5.10).
+    let memberships: [(&str, &Option<Vec<String>>, bool); 7] = [
+        ("parent_id", &f.parent_ids, false),
+        ("trace_id", &f.trace_ids, false),
+        ("id", &f.call_ids, false),
+        ("wb_user_id", &f.wb_user_ids, false),
+        ("wb_run_id", &f.wb_run_ids, false),
+        ("thread_id", &f.thread_ids, true),
+        ("turn_id", &f.turn_ids, true),
+    ];
+    for (col, list, empty_matches_nothing) in memberships {
+        match list {
+            Some(l) if !l.is_empty() || empty_matches_nothing => {
+                sql.push(" AND ").push(col).push(" IN ").bind_list(l);
+            }
+            _ => {}
+        }
+    }
+    if let Some(ops) = f.op_names.as_ref().filter(|o| !o.is_empty()) {
+        let (wild, exact): (Vec<&String>, Vec<&String>) =
+            ops.iter().partition(|o| o.ends_with(":*"));
+        let exact: Vec<String> = exact.into_iter().cloned().collect();
+        sql.push(" AND (op_name IN ").bind_list(&exact);
+        for w in wild {
+            let prefix = &w[..w.len() - 1];
+            sql.push(" OR substr(op_name, 1, ")
+                .bind(prefix.chars().count() as i64)
+                .push(") = ")
+                .bind(prefix.to_owned());
+        }
+        sql.push(")");
+    }
+    for (col, refs) in [("inputs", &f.input_refs), ("output", &f.output_refs)] {
+        if let Some(refs) = refs.as_ref().filter(|r| !r.is_empty()) {
+            sql.push(" AND EXISTS (SELECT 1 FROM json_tree(")
+                .push(col)
+                .push(") t WHERE t.type = 'text' AND t.atom IN ")
+                .bind_list(refs)
+                .push(")");
+        }
+    }
+    if f.trace_roots_only == Some(true) {
+        sql.push(" AND parent_id IS NULL");
+    }
+}
+
+pub(crate) fn column_name(c: CallColumn) -> &'static str {
+    use CallColumn::*;
+    match c {
+        Id => "id",
+        ProjectId => "project_id",
+        OpName => "op_name",
+        DisplayName => "display_name",
+        TraceId => "trace_id",
+        ParentId => "parent_id",
+        ThreadId => "thread_id",
+        TurnId => "turn_id",
+        Exception => "exception",
+        WbUserId => "wb_user_id",
+        WbRunId => "wb_run_id",
+        WbRunStep => "wb_run_step",
+        WbRunStepEnd => "wb_run_step_end",
+        StartedAt => "started_at",
+        EndedAt => "ended_at",
+        DeletedAt => "deleted_at",
+    }
+}
+
+pub(crate) fn json_column(root: JsonRoot) -> &'static str {
+    match root {
+        JsonRoot::Inputs => "inputs",
+        JsonRoot::Output => "output",
+        JsonRoot::Attributes => "attributes",
+        JsonRoot::Summary => "summary",
+    }
+}
+
+/// SQLite JSON path for path segments: decimal segments index arrays, others are quoted keys.
+pub(crate) fn json_path(segs: &[String]) -> String {
+    let mut p = String::from("$");
+    for s in segs {
+        if !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()) {
+            p.push('[');
+            p.push_str(s);
+            p.push(']');
+        } else {
+            p.push_str(".\"");
+            p.push_str(s);
+            p.push('"');
+        }
+    }
+    p
+}
+
+/// A JSON path with string semantics: scalars as their JSON text (strings unquoted), and
+/// `''` for missing, null, objects and arrays (CONTRACT §2).
+pub(crate) fn json_string(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
+    json_string_in(sql, json_column(root), segs)
+}
+
+pub(crate) fn json_string_in(sql: &mut Sql, col: &str, segs: &[String]) {
+    let path = json_path(segs);
+    sql.push("COALESCE(CASE json_type(").push(col).push(", ").bind(path.clone());
+    sql.push(") WHEN 'text' THEN ").push(col).push(" ->> ").bind(path.clone());
+    sql.push(" WHEN 'integer' THEN ").push(col).push(" -> ").bind(path.clone());
+    sql.push(" WHEN 'real' THEN ").push(col).push(" -> ").bind(path);
+    sql.push(" WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' END, '')");
+}
+
+pub(crate) fn json_exists(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
+    json_exists_in(sql, json_column(root), segs)
+}
+
+pub(crate) fn json_exists_in(sql: &mut Sql, col: &str, segs: &[String]) {
+    sql.push("(COALESCE(json_type(")
+        .push(col)
+        .push(", ")
+        .bind(json_path(segs))
+        .push("), 'null') != 'null')");
+}
+
+const STATUS_SQL: &str = "(CASE WHEN exception IS NOT NULL THEN 'error' \
+     WHEN ended_at IS NULL THEN 'running' \
+     WHEN COALESCE(CAST(json_extract(summary, '$.status_counts.error') AS REAL), 0) > 0 \
+     THEN 'descendant_error' ELSE 'success' END)";
+
+pub(crate) fn field(sql: &mut Sql, f: &CallField) {
+    match f {
+        CallField::Column(c) => {
+            sql.push(column_name(*c));
+        }
+        CallField::Json(root, segs) => json_string(sql, *root, segs),
+        CallField::Status => {
+            sql.push(STATUS_SQL);
+        }
+        CallField::LatencyMs => {
+            sql.push("((ended_at - started_at) / 1000)");
+        }
+        CallField::TraceName => {
+            sql.push("COALESCE(display_name, hd_op_name(op_name))");
+        }
+        CallField::Feedback(sel) => feedback_of_call(sql, sel),
+    }
+}
+
+/// A field a query expression can read: calls and feedback rows have their own.
+pub(crate) trait FieldSql {
+    fn value(&self, sql: &mut Sql);
+    /// Whether the field has JSON-path semantics (missing reads as `''`).
+    fn is_json(&self) -> bool;
+    /// "Present and not JSON null", for a field with `is_json`.
+    fn exists(&self, sql: &mut Sql);
+}
+
+impl FieldSql for CallField {
+    fn value(&self, sql: &mut Sql) {
+        field(sql, self)
+    }
+    fn is_json(&self) -> bool {
+        matches!(self, CallField::Json(..) | CallField::Feedback(_))
+    }
+    fn exists(&self, sql: &mut Sql) {
+        match self {
+            CallField::Json(root, segs) => json_exists(sql, *root, segs),
+            other => {
+                sql.push("(");
+                field(sql, other);
+                sql.push(" != '')");
+            }
+        }
+    }
+}
+
+/// `feedback.[<type>]...` of the call (CONTRACT §2): of the call's feedback rows of the type,
+/// the newest non-empty value, else `''`. A correlated subquery on `feedback_by_ref`.
+pub(crate) fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
+    sql.push("COALESCE((SELECT v FROM (SELECT ");
+    match &sel.target {
+        FeedbackTarget::Payload(segs) => {
+            // Objects and arrays read as their JSON text here, not as '' (the reference server
+            // reads feedback with JSON_VALUE allowing complex values): the SDK's scored_by tests
+            // `payload.output`, usually a dict, for non-emptiness.
+            let path = json_path(segs);
+            sql.push("CASE WHEN json_type(f.payload, ").bind(path.clone());
+            sql.push(") IN ('object', 'array') THEN f.payload -> ").bind(path);
+            sql.push(" ELSE ");
+            json_string_in(sql, "f.payload", segs);
+            sql.push(" END");
+        }
+        FeedbackTarget::RunnableRef => {
+            sql.push("COALESCE(f.runnable_ref, '')");
+        }
+        FeedbackTarget::TriggerRef => {
+            sql.push("COALESCE(f.trigger_ref, '')");
+        }
+    }
+    sql.push(
+        " AS v, f.created_at AS t, f.id AS i FROM feedback f WHERE f.project_id = calls.project_id \
+         AND f.weave_ref = 'weave:///' || calls.project_id || '/call/' || calls.id",
+    );
+    if let Some(ty) = &sel.feedback_type {
+        sql.push(" AND f.feedback_type = ").bind(ty.clone());
+    }
+    sql.push(") WHERE v != '' ORDER BY t DESC, i DESC LIMIT 1), '')");
+}
+
+impl FieldSql for FeedbackField {
+    fn value(&self, sql: &mut Sql) {
+        match self {
+            FeedbackField::Column(c) => {
+                sql.push(c.name());
+            }
+            FeedbackField::Payload(segs) => json_string_in(sql, "payload", segs),
+        }
+    }
+    fn is_json(&self) -> bool {
+        matches!(self, FeedbackField::Payload(_))
+    }
+    fn exists(&self, sql: &mut Sql) {
+        if let FeedbackField::Payload(segs) = self {
+            json_exists_in(sql, "payload", segs)
+        }
+    }
+}
+
+/// Columns of a feedback row in the order `row_to_feedback` reads them.
+pub const FEEDBACK_COLUMNS: &str = "project_id, id, weave_ref, feedback_type, creator, payload, \
+     created_at, wb_user_id, annotation_ref, runnable_ref, call_ref, trigger_ref, queue_id, extra";
+
+pub const INSERT_FEEDBACK: &str = "
+INSERT INTO feedback (project_id, id, weave_ref, feedback_type, creator, payload, created_at,
+                      wb_user_id, annotation_ref, runnable_ref, call_ref, trigger_ref, queue_id,
+                      extra)
+VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)
+ON CONFLICT (project_id, id) DO NOTHING
+";
+
+pub fn select_feedback_by_id() -> String {
+    format!("SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE project_id = ?1 AND id = ?2")
+}
+
+/// ?2 is a JSON array of ids.
+pub const PURGE_FEEDBACK: &str =
+    "DELETE FROM feedback WHERE project_id = ?1 AND id IN (SELECT value FROM json_each(?2))";
+
+/// ?2 is a JSON array of refs.
+pub fn feedback_for_refs() -> String {
+    format!(
+        "SELECT {FEEDBACK_COLUMNS} FROM feedback WHERE project_id = ?1 \
+         AND weave_ref IN (SELECT value FROM json_each(?2)) ORDER BY created_at, id"
+    )
+}
+
+pub(crate) fn feedback_where(sql: &mut Sql, q: &FeedbackQuery) {
+    sql.push(" FROM feedback WHERE project_id = ").bind(q.project.as_str().to_owned());
+    if let Some(e) = &q.expr {
+        sql.push(" AND (");
+        expr(sql, e);
+        sql.push(")");
+    }
+}
+
+/// `/feedback/query`: the project's rows matching the query, sorted and paged.
+pub fn select_feedback(q: &FeedbackQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT ").push(FEEDBACK_COLUMNS);
+    feedback_where(&mut sql, q);
+    sql.push(" ORDER BY ");
+    for (i, (f, dir)) in q.sort.iter().enumerate() {
+        if i > 0 {
+            sql.push(", ");
+        }
+        let d = match dir {
+            Direction::Asc => " ASC",
+            Direction::Desc => " DESC",
+        };
+        match f {
+            FeedbackField::Payload(segs) => {
+                json_exists_in(&mut sql, "payload", segs);
+                sql.push(" DESC, hd_to_double(");
+                json_string_in(&mut sql, "payload", segs);
+                sql.push(")").push(d).push(" NULLS LAST, ");
+                json_string_in(&mut sql, "payload", segs);
+                sql.push(d);
+            }
+            FeedbackField::Column(c) => {
+                sql.push(c.name()).push(d);
+            }
+        }
+    }
+    if q.limit.is_some() || q.offset > 0 {
+        let limit = q.limit.map_or(-1, |l| l.min(i64::MAX as u64) as i64);
+        sql.push(" LIMIT ").bind(limit).push(" OFFSET ").bind(q.offset.min(i64::MAX as u64) as i64);
+    }
+    sql
+}
+
+/// How many rows `select_feedback` matches without paging.
+pub fn count_feedback(q: &FeedbackQuery) -> Sql {
+    let mut sql = Sql::default();
+    sql.push("SELECT COUNT(*)");
+    feedback_where(&mut sql, q);
+    sql
+}
+
+pub(crate) fn literal(sql: &mut Sql, l: &Lit) {
+    match l {
+        Lit::Str(s) => sql.bind(s.clone()),
+        Lit::Int(i) | Lit::Micros(i) => sql.bind(*i),
+        Lit::Float(f) => sql.bind(*f),
+        Lit::Bool(b) => sql.bind(*b as i64),
+    };
+}
+
+pub(crate) fn operand<F: FieldSql>(sql: &mut Sql, o: &TOperand<F>) {
+    match o {
+        TOperand::Lit(l) => literal(sql, l),
+        TOperand::Field(f) => f.value(sql),
+        TOperand::Expr(e) => {
+            sql.push("(");
+            expr(sql, e);
+            sql.push(")");
+        }
+        TOperand::Convert(inner, from, to) => convert(sql, inner, *from, *to),
+    }
+}
+
+pub(crate) fn convert<F: FieldSql>(
+    sql: &mut Sql,
+    inner: &TOperand<F>,
+    from: ValueType,
+    to: ConvertTo,
+) {
+    use ValueType as T;
+    if to == ConvertTo::Exists {
+        if let TOperand::Field(f) = inner
+            && f.is_json()
+        {
+            return f.exists(sql);
+        }
+        sql.push("(");
+        operand(sql, inner);
+        sql.push(" IS NOT NULL)");
+        return;
+    }
+    let (pre, post) = match (to, from) {
+        (ConvertTo::Double, T::Timestamp) => ("(CAST(", " AS REAL) / 1e6)"),
+        (ConvertTo::Double, T::Int | T::Float | T::Bool) => ("CAST(", " AS REAL)"),
+        (ConvertTo::Double, _) => ("hd_to_double(", ")"),
+        (ConvertTo::Int, T::Timestamp) => ("(", " / 1000000)"),
+        (ConvertTo::Int, T::Int | T::Bool) => ("(", ")"),
+        (ConvertTo::Int, T::Float) => ("CAST(", " AS INTEGER)"),
+        (ConvertTo::Int, _) => ("hd_to_int(", ")"),
+        (ConvertTo::Bool, T::Bool) => ("(", ")"),
+        (ConvertTo::Bool, T::Int | T::Float) => ("(", " != 0)"),
+        (ConvertTo::Bool, T::Timestamp) => ("(", " IS NOT NULL)"),
+        (ConvertTo::Bool, _) => ("hd_to_bool(", ")"),
+        (ConvertTo::String, T::String) => ("(", ")"),
+        (ConvertTo::String, T::Bool) => ("(CASE WHEN ", " THEN 'true' ELSE 'false' END)"),
+        (ConvertTo::String, _) => ("CAST(", " AS TEXT)"),
+        (ConvertTo::Exists, _) => unreachable!("handled above"),
+    };
+    sql.push(pre);
+    operand(sql, inner);
+    sql.push(post);
+}
+
+pub(crate) fn expr<F: FieldSql>(sql: &mut Sql, e: &TExpr<F>) {
+    match e {
+        TExpr::And(xs) | TExpr::Or(xs) => {
+            let sep = if matches!(e, TExpr::And(_)) { " AND " } else { " OR " };
+            sql.push("(");
+            for (i, x) in xs.iter().enumerate() {
+                if i > 0 {
+                    sql.push(sep);
+                }
+                expr(sql, x);
+            }
+            sql.push(")");
+        }
+        TExpr::Not(x) => {
+            // Comparisons with NULL are false, so their negation must be true: COALESCE.
+            sql.push("(NOT COALESCE((");
+            expr(sql, x);
+            sql.push("), 0))");
+        }
+        TExpr::Cmp(op, a, b) => {
+            sql.push("(");
+            operand(sql, a);
+            sql.push(" ").push(op.sql()).push(" ");
+            operand(sql, b);
+            sql.push(")");
+        }
+        TExpr::IsNull(a) => {
+            if let TOperand::Field(f) = a
+                && f.is_json()
+            {
+                // Missing and JSON null read as '' (CONTRACT §2).
+                sql.push("(");
+                operand(sql, a);
+                sql.push(" = '')");
+            } else {
+                sql.push("(");
+                operand(sql, a);
+                sql.push(" IS NULL)");
+            }
+        }
+        TExpr::In(a, bs) => {
+            if bs.is_empty() {
+                sql.push("0");
+                return;
+            }
+            sql.push("(");
+            operand(sql, a);
+            sql.push(" IN (");
+            for (i, b) in bs.iter().enumerate() {
+                if i > 0 {
+                    sql.push(", ");
+                }
+                operand(sql, b);
+            }
+            sql.push("))");
+        }
+        TExpr::Contains { input, substr, case_insensitive } => {
+            let (pre, post) = if *case_insensitive { ("lower(", ")") } else { ("(", ")") };
+            sql.push("(instr(").push(pre);
+            operand(sql, input);
+            sql.push(post).push(", ").push(pre);
+            operand(sql, substr);
+            sql.push(post).push(") > 0)");
+        }
+    }
+}
+
+pub(crate) fn order_term(sql: &mut Sql, f: &CallField, dir: Direction) {
+    let d = match dir {
+        Direction::Asc => " ASC",
+        Direction::Desc => " DESC",
+    };
+    match f {
+        CallField::Json(root, segs) => {
+            // Present values first, then numerically, then as strings (CONTRACT §2).
+            json_exists(sql, *root, segs);
+            sql.push(" DESC, hd_to_double(");
+            json_string(sql, *root, segs);
+            // NULLS LAST: non-numeric values after numbers in both directions, as ClickHouse
+            // orders NULLs, so both backends page identically.
+            sql.push(")").push(d).push(" NULLS LAST, ");
+            json_string(sql, *root, segs);
+            sql.push(d);
+        }
+        other => {
+            field(sql, other);
+            sql.push(d);
+        }
+    }
+}
