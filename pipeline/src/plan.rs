@@ -1,4 +1,4 @@
-//! How a write becomes Kafka records (docs/distributed.md, "Record design"): pure code, so it
+//! How a write becomes Kafka records (docs/distributed.md, "Write path"): pure code, so it
 //! is tested without a broker.
 //!
 //! Call parts: one record per (request, partition), not one per call. tansu and small Kafka
