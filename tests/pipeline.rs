@@ -385,6 +385,7 @@ async fn otlp_placeholder_ops_reach_the_store_through_kafka() {
     assert!(file.text().starts_with("def func(*args, **kwargs):"), "{}", file.text());
     let op_ref =
         format!("weave:///{PROJECT}/op/{object_id}:{}", op["obj"]["digest"].as_str().unwrap());
-    assert_visible_exactly_once(&query, &[span_id.clone()], Duration::from_secs(60)).await;
+    assert_visible_exactly_once(&query, std::slice::from_ref(&span_id), Duration::from_secs(60))
+        .await;
     assert_eq!(query.read_call(PROJECT, &span_id).await["op_name"], op_ref);
 }

@@ -289,8 +289,8 @@ impl KafkaSink {
         Ok(records.len())
     }
 
-    /// Produces `records`; those the broker refuses as too large go to `resend`. The number of
-    /// records acknowledged.
+    /// Produces `records`, each waiting for its acknowledgement; those the broker refuses as
+    /// too large go to `resend`, which returns how many records it had acknowledged.
     async fn produce_all<'a, F, Fut>(
         &self,
         records: &'a [Record],
