@@ -7,11 +7,11 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use heddle_api::CallSink;
 use heddle_api::auth::{generate_key, hash_key};
-use heddle_ingest::consumer::Pipeline;
-use heddle_ingest::metrics::Metrics;
-use heddle_ingest::producer::KafkaSink;
+use heddle_pipeline::Sink;
+use heddle_pipeline::consumer::Pipeline;
+use heddle_pipeline::metrics::Metrics;
+use heddle_pipeline::producer::KafkaSink;
 use heddle_store::Store;
 use heddle_store::clickhouse::ClickHouseStore;
 use heddle_store::sqlite::{SqliteOptions, SqliteStore};
@@ -126,14 +126,14 @@ struct KafkaArgs {
     /// A librdkafka property KEY=VALUE for every Kafka client (TLS/SASL, session.timeout.ms,
     /// ...); repeatable, comma-separated in the environment.
     #[arg(long = "kafka-option", env = "HEDDLE_KAFKA_OPTIONS", value_delimiter = ',',
-          value_parser = heddle_ingest::producer::KafkaConfig::parse_option)]
+          value_parser = heddle_pipeline::KafkaConfig::parse_option)]
     kafka_options: Vec<(String, String)>,
 }
 
 impl KafkaArgs {
-    fn config(&self) -> anyhow::Result<heddle_ingest::producer::KafkaConfig> {
+    fn config(&self) -> anyhow::Result<heddle_pipeline::KafkaConfig> {
         let brokers = self.brokers.clone().context("--kafka (HEDDLE_KAFKA_BROKERS) is required")?;
-        Ok(heddle_ingest::producer::KafkaConfig {
+        Ok(heddle_pipeline::KafkaConfig {
             brokers,
             topic: self.kafka_topic.clone(),
             dlq_topic: self.kafka_dlq_topic.clone(),
@@ -178,16 +178,16 @@ struct MetricsArgs {
 }
 
 impl ConsumerArgs {
-    fn limits(&self) -> heddle_ingest::consumer::BatchLimits {
-        heddle_ingest::consumer::BatchLimits {
+    fn limits(&self) -> heddle_pipeline::consumer::BatchLimits {
+        heddle_pipeline::consumer::BatchLimits {
             max_records: self.batch_records.max(1),
             max_bytes: self.batch_bytes.max(1),
             max_wait: Duration::from_millis(self.batch_wait_ms),
         }
     }
 
-    fn retry(&self) -> heddle_ingest::batch_store::RetryPolicy {
-        heddle_ingest::batch_store::RetryPolicy {
+    fn retry(&self) -> heddle_pipeline::batch_store::RetryPolicy {
+        heddle_pipeline::batch_store::RetryPolicy {
             max_attempts: self.consumer_max_attempts,
             ..Default::default()
         }
@@ -393,7 +393,7 @@ fn kafka_sink(
     kafka: &KafkaArgs,
     store: Arc<dyn Store>,
     metrics: Arc<Metrics>,
-) -> anyhow::Result<Arc<dyn CallSink>> {
+) -> anyhow::Result<Arc<dyn Sink>> {
     let sink =
         KafkaSink::new(kafka.config()?, store, metrics).context("creating the Kafka producer")?;
     Ok(Arc::new(sink))
@@ -438,7 +438,7 @@ async fn serve(
     args: HttpArgs,
     otlp: Option<OtlpArgs>,
     store: Arc<dyn Store>,
-    calls: Option<Arc<dyn CallSink>>,
+    sink: Option<Arc<dyn Sink>>,
     roles: server::Roles,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -467,7 +467,7 @@ async fn serve(
         memory_budget_bytes: args.memory_budget_bytes,
     };
     let (app, otlp_ingest) =
-        server::app(store, calls, admin_key.as_deref(), body_limits, geoip, roles);
+        server::app(store, sink, admin_key.as_deref(), body_limits, geoip, roles);
     println!("heddle listening on {url}");
     let (Some(otlp), Some(ingest)) = (otlp, otlp_ingest) else {
         server::run(listener, app, limits).await;

@@ -11,9 +11,10 @@ use axum::http::{Request, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
-use heddle_api::{ApiError, AppState, BodyLimits, CallSink, Principal};
-use heddle_ingest::metrics::Metrics;
+use heddle_api::{ApiError, AppState, BodyLimits, Principal};
 use heddle_ingest::otlp::OtlpIngest;
+use heddle_pipeline::Sink;
+use heddle_pipeline::metrics::Metrics;
 use heddle_query::GeoIp;
 use heddle_store::Store;
 use hyper::body::Incoming;
@@ -41,13 +42,13 @@ impl Roles {
 
 pub fn app(
     store: Arc<dyn Store>,
-    calls: Option<Arc<dyn CallSink>>,
+    sink: Option<Arc<dyn Sink>>,
     admin_key: Option<&str>,
     limits: BodyLimits,
     geoip: GeoIp,
     roles: Roles,
 ) -> (Router, Option<Arc<OtlpIngest>>) {
-    let state = AppState::new(store, calls, admin_key, limits);
+    let state = AppState::new(store, sink, admin_key, limits);
     let otlp = roles.ingest.then(|| OtlpIngest::new(state.clone()));
     let mut router = Router::new().merge(heddle_query::public_routes());
     if roles.query {

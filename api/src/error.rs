@@ -3,6 +3,7 @@
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use heddle_pipeline::SinkError;
 use heddle_proto::ProtoError;
 use heddle_proto::time::Micros;
 use heddle_store::StoreError;
@@ -112,6 +113,31 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// The write pipeline's errors: retryable unavailability is 503 with Retry-After, a call Kafka
+/// cannot carry even as a reference is 413, the store's own errors map as above.
+impl From<SinkError> for ApiError {
+    fn from(e: SinkError) -> Self {
+        match e {
+            e @ SinkError::Unavailable { .. } => ApiError::Overloaded(e.to_string()),
+            SinkError::TooLarge(m) => ApiError::TooLarge(m),
+            SinkError::Store(e) => ApiError::from(e),
+            e @ SinkError::Internal { .. } => ApiError::Internal(with_sources(&e)),
+        }
+    }
+}
+
+/// An error's text followed by its sources', for the log.
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// The most of an internal error's text that goes to the log (a failed statement can carry
 /// megabytes of SQL).
 const LOGGED_ERROR_BYTES: usize = 2048;
@@ -178,6 +204,49 @@ mod tests {
         assert!(!body["reason"].as_str().unwrap().contains("DB::Exception"), "{body}");
         let grpc = ApiError::Internal(detail).grpc_status();
         assert!(grpc.message().starts_with("internal error (request_id "), "{}", grpc.message());
+    }
+
+    #[tokio::test]
+    async fn pipeline_errors_keep_their_statuses() {
+        let unavailable =
+            SinkError::unavailable("Kafka did not acknowledge the write: timed out", None);
+        let resp = ApiError::from(unavailable).into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            body["reason"],
+            "Kafka did not acknowledge the write: timed out; the data was not stored, retry later"
+        );
+        let unavailable = ApiError::from(SinkError::unavailable("down", None));
+        assert_eq!(unavailable.grpc_status().code(), tonic::Code::Unavailable);
+
+        let (status, body) =
+            answer(SinkError::TooLarge("call c was not stored".into()).into()).await;
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (StatusCode::PAYLOAD_TOO_LARGE, Some("call c was not stored"))
+        );
+        // The store's errors mean what they mean without the pipeline.
+        let (status, _) = answer(SinkError::Store(StoreError::Overloaded).into()).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let (status, body) =
+            answer(SinkError::Store(StoreError::Rejected("DB::Exception".into())).into()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(!body["reason"].as_str().unwrap().contains("DB::Exception"), "{body}");
+        let (status, _) = answer(SinkError::Store(StoreError::Invalid("bad".into())).into()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        // Internal faults are masked; their sources go to the log only.
+        let internal = SinkError::internal("re-reading a record", std::io::Error::other("secret"));
+        let ApiError::Internal(logged) = ApiError::from(internal) else { panic!("not internal") };
+        assert_eq!(logged, "re-reading a record: secret");
+        let internal = SinkError::internal("re-reading a record", std::io::Error::other("secret"));
+        let (status, body) = answer(internal.into()).await;
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (StatusCode::INTERNAL_SERVER_ERROR, Some("internal error"))
+        );
     }
 
     #[test]
