@@ -9,7 +9,8 @@ use heddle_proto::ProjectId;
 use heddle_proto::calls::{CallPart, CallsQueryReq, EndPart, StartPart};
 use heddle_proto::time::Micros;
 use heddle_store::clickhouse::{ClickHouseStore, migrations};
-use heddle_store::{KeyRecord, Store, StoreError};
+use heddle_store::prelude::*;
+use heddle_store::{KeyRecord, StoreError};
 
 async fn connect(ch: &ClickHouse) -> ClickHouseStore {
     let db = ch.database.as_deref().unwrap_or("default");
