@@ -50,7 +50,7 @@ struct StoredRowRow {
     pub val: String,
 }
 
-/// Table rows are written to this table, tables to [`TABLES`] (see migrations/0003_tables.sql).
+/// Table rows are written to this table, tables to [`TABLES`] (see migrations/0004_tables.sql).
 const TABLE_ROWS: &str = "table_rows";
 
 const TABLES: &str = "tables";
