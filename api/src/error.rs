@@ -104,11 +104,12 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Invalid(m) => ApiError::BadRequest(m),
             StoreError::Overloaded => ApiError::Overloaded(e.to_string()),
-            StoreError::Rejected(detail) => ApiError::BadRequest(format!(
+            // The log gets the whole chain of sources; the client only the request id.
+            StoreError::Rejected(_) => ApiError::BadRequest(format!(
                 "the store rejected the data (request_id {})",
-                log_internal(&detail)
+                log_internal(&e.chain())
             )),
-            StoreError::Backend(m) => ApiError::Internal(m),
+            StoreError::Backend(_) => ApiError::Internal(e.chain()),
         }
     }
 }
@@ -193,7 +194,8 @@ mod tests {
     #[tokio::test]
     async fn internal_details_never_reach_the_client() {
         let detail = format!("no such column: secret in SELECT {}", "x".repeat(2_000_000));
-        let (status, body) = answer(ApiError::from(StoreError::Backend(detail.clone()))).await;
+        let (status, body) =
+            answer(ApiError::from(StoreError::Backend(detail.clone().into()))).await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body["reason"], "internal error");
         assert_eq!(body["request_id"].as_str().unwrap().len(), 32);
@@ -247,6 +249,16 @@ mod tests {
             (status, body["reason"].as_str()),
             (StatusCode::INTERNAL_SERVER_ERROR, Some("internal error"))
         );
+    }
+
+    #[test]
+    fn internal_errors_log_their_sources() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("commit failed")]
+        struct Commit(#[source] std::io::Error);
+        let e = StoreError::backend(Commit(std::io::Error::other("database is locked")));
+        let ApiError::Internal(logged) = ApiError::from(e) else { panic!("not internal") };
+        assert_eq!(logged, "storage error: commit failed: database is locked");
     }
 
     #[test]

@@ -10,7 +10,7 @@
 //! - **this batch fails on its own** while the store takes other writes: its content is at fault,
 //!   so it is bisected and the records that still fail alone are dead-lettered.
 //!
-//! A write probe ([`heddle_store::Store::probe_write`]) decides which one it is, once an
+//! A write probe ([`heddle_store::Health::probe_write`]) decides which one it is, once an
 //! operation has failed `max_attempts` times in a row. A rejection of the data itself
 //! ([`StoreError::Rejected`]) needs no probe: it is never retried.
 
@@ -25,7 +25,8 @@ use heddle_proto::ProjectId;
 use heddle_proto::calls::CallPart;
 use heddle_proto::otlp::op::OpWrites;
 use heddle_proto::record::{RecordPart, resolve};
-use heddle_store::{Store, StoreError};
+use heddle_store::StoreError;
+use heddle_store::prelude::*;
 
 use crate::metrics::Metrics;
 
@@ -59,7 +60,7 @@ impl ConsumerStore for Arc<dyn Store> {
         parts: Vec<CallPart>,
         token: &str,
     ) -> heddle_store::Result<()> {
-        Store::apply_call_parts_once(&**self, parts, token).await
+        CallStore::apply_call_parts_once(&**self, parts, token).await
     }
     async fn read_blob(
         &self,
@@ -67,10 +68,10 @@ impl ConsumerStore for Arc<dyn Store> {
         digest: &str,
         size: u64,
     ) -> heddle_store::Result<Bytes> {
-        Store::read_blob(&**self, project, digest, size).await
+        BlobStore::read_blob(&**self, project, digest, size).await
     }
     async fn probe_write(&self) -> heddle_store::Result<()> {
-        Store::probe_write(&**self).await
+        Health::probe_write(&**self).await
     }
 }
 
@@ -187,7 +188,9 @@ impl BatchStore {
                     self.metrics.store_up.set(1);
                     return Ok(v);
                 }
-                Err(StoreError::Rejected(reason)) => return Err(Failure::Rejected(reason)),
+                Err(StoreError::Rejected(reason)) => {
+                    return Err(Failure::Rejected(reason.to_string()));
+                }
                 Err(e) => e,
             };
             failures += 1;
@@ -198,7 +201,9 @@ impl BatchStore {
                         // The store may have come back between the last try and the probe.
                         return match op().await {
                             Ok(v) => Ok(v),
-                            Err(StoreError::Rejected(reason)) => Err(Failure::Rejected(reason)),
+                            Err(StoreError::Rejected(reason)) => {
+                                Err(Failure::Rejected(reason.to_string()))
+                            }
                             Err(e) => Err(Failure::Persistent(e)),
                         };
                     }
