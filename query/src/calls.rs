@@ -12,8 +12,8 @@ use axum::routing::post;
 use bytes::Bytes;
 use futures::StreamExt;
 use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_domain::prices::PriceBook;
 use heddle_proto::calls::{CallReadReq, CallUpdateReq, CallsDeleteReq, CallsFilter, CallsQueryReq};
-use heddle_proto::costs::PriceBook;
 use heddle_proto::expand::{Planned, for_count};
 use serde_json::{Value, json};
 

@@ -1,7 +1,8 @@
 //! Threads on SQLite: the turn calls read through a partial index, aggregated in Rust.
 
 use async_trait::async_trait;
-use heddle_proto::threads::{Thread, ThreadsQuery, Turn};
+use heddle_domain::thread_stats::{Turn, aggregate};
+use heddle_proto::threads::{Thread, ThreadsQuery};
 use heddle_proto::time::Micros;
 use rusqlite::params;
 
@@ -37,7 +38,7 @@ impl ThreadStore for SqliteStore {
                 })
                 .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
                 .map_err(backend)?;
-            Ok(q.aggregate(turns))
+            Ok(aggregate(&q, turns))
         })
         .await
     }
