@@ -9,15 +9,14 @@ use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
 use heddle_api::auth::{generate_key, hash_key};
 use heddle_pipeline::Sink;
-use heddle_pipeline::consumer::Pipeline;
-use heddle_pipeline::metrics::Metrics;
-use heddle_pipeline::producer::KafkaSink;
 use heddle_store::Store;
-use heddle_store::clickhouse::ClickHouseStore;
-use heddle_store::sqlite::{SqliteOptions, SqliteStore};
+
+#[cfg(not(any(feature = "sqlite", feature = "clickhouse")))]
+compile_error!("heddle needs a store: build with the feature `sqlite`, `clickhouse` or both");
 
 mod keys;
 mod net;
+mod roles;
 mod server;
 
 #[derive(Parser)]
@@ -130,6 +129,7 @@ struct KafkaArgs {
     kafka_options: Vec<(String, String)>,
 }
 
+#[cfg(feature = "kafka")]
 impl KafkaArgs {
     fn config(&self) -> anyhow::Result<heddle_pipeline::KafkaConfig> {
         let brokers = self.brokers.clone().context("--kafka (HEDDLE_KAFKA_BROKERS) is required")?;
@@ -177,6 +177,7 @@ struct MetricsArgs {
     api_key: Option<String>,
 }
 
+#[cfg(feature = "kafka")]
 impl ConsumerArgs {
     fn limits(&self) -> heddle_pipeline::consumer::BatchLimits {
         heddle_pipeline::consumer::BatchLimits {
@@ -338,43 +339,13 @@ async fn main() -> anyhow::Result<()> {
             if kafka.brokers.is_none() {
                 return serve(http, Some(otlp), store, None, server::Roles::ALL).await;
             }
-            let metrics = Arc::new(Metrics::new());
-            let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
-            let sink = kafka_sink(&kafka, store.clone(), metrics.clone())?;
-            let consuming = tokio::spawn(pipeline.run(std::future::pending()));
-            let roles = server::Roles { metrics: Some(metrics), ..server::Roles::ALL };
-            tokio::select! {
-                served = serve(http, Some(otlp), store, Some(sink), roles) => served,
-                consumed = consuming => Err(anyhow::anyhow!("the consumer stopped: {consumed:?}")),
-            }
+            roles::serve_through_kafka(http, otlp, store, kafka, consumer).await
         }
         Command::Ingest { http, otlp, store, kafka } => {
-            let metrics = Arc::new(Metrics::new());
-            let store = open_store(&store).await?;
-            let sink = kafka_sink(&kafka, store.clone(), metrics.clone())?;
-            let roles = server::Roles { metrics: Some(metrics), ..server::Roles::INGEST };
-            serve(http, Some(otlp), store, Some(sink), roles).await
+            roles::ingest(http, otlp, open_store(&store).await?, kafka).await
         }
         Command::Consume { store, kafka, consumer, http } => {
-            let store = open_store(&store).await?;
-            let metrics = Arc::new(Metrics::new());
-            let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
-            let (app, _) = server::app(
-                store,
-                None,
-                http.api_key.as_deref(),
-                heddle_api::BodyLimits::new(usize::MAX),
-                heddle_query::GeoIp::default(),
-                server::Roles { metrics: Some(metrics), ..server::Roles::NONE },
-            );
-            let listener = tokio::net::TcpListener::bind(http.metrics_listen)
-                .await
-                .with_context(|| format!("binding {}", http.metrics_listen))?;
-            println!("heddle consumer metrics on http://{}", listener.local_addr()?);
-            tokio::select! {
-                consumed = pipeline.run(server::shutdown_signal()) => Ok(consumed?),
-                () = server::run(listener, app, server::HttpLimits::defaults()) => Ok(()),
-            }
+            roles::consume(open_store(&store).await?, kafka, consumer, http).await
         }
         Command::Query { http, store } => {
             serve(http, None, open_store(&store).await?, None, server::Roles::QUERY).await
@@ -388,50 +359,51 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-/// The Kafka producer; large call parts go to `store` as blobs (docs/distributed.md).
-fn kafka_sink(
-    kafka: &KafkaArgs,
-    store: Arc<dyn Store>,
-    metrics: Arc<Metrics>,
-) -> anyhow::Result<Arc<dyn Sink>> {
-    let sink =
-        KafkaSink::new(kafka.config()?, store, metrics).context("creating the Kafka producer")?;
-    Ok(Arc::new(sink))
-}
-
-fn consumer_pipeline(
-    kafka: &KafkaArgs,
-    consumer: &ConsumerArgs,
-    store: Arc<dyn Store>,
-    metrics: Arc<Metrics>,
-) -> anyhow::Result<Pipeline> {
-    Pipeline::new(
-        kafka.config()?,
-        &consumer.consumer_group,
-        consumer.limits(),
-        consumer.retry(),
-        store,
-        metrics,
-    )
-    .context("creating the Kafka consumer")
-}
-
 /// Opens the configured store and brings its schema up to date.
 async fn open_store(args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
-    if let Some(url) = &args.clickhouse {
-        let store = ClickHouseStore::connect(
-            url,
-            &args.clickhouse_user,
-            &args.clickhouse_password,
-            &args.clickhouse_database,
-        )
-        .await
-        .with_context(|| format!("opening the ClickHouse store at {url}"))?;
-        return Ok(Arc::new(store));
+    match &args.clickhouse {
+        Some(url) => open_clickhouse(url, args).await,
+        None => open_sqlite(args),
     }
+}
+
+#[cfg(feature = "clickhouse")]
+async fn open_clickhouse(url: &str, args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
+    let store = heddle_store::clickhouse::ClickHouseStore::connect(
+        url,
+        &args.clickhouse_user,
+        &args.clickhouse_password,
+        &args.clickhouse_database,
+    )
+    .await
+    .with_context(|| format!("opening the ClickHouse store at {url}"))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "clickhouse"))]
+async fn open_clickhouse(_url: &str, _args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
+    Err(not_built("clickhouse", "--clickhouse"))
+}
+
+#[cfg(feature = "sqlite")]
+fn open_sqlite(args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
+    use heddle_store::sqlite::{SqliteOptions, SqliteStore};
     let store = SqliteStore::open(&args.data_dir, SqliteOptions::default())
         .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
     Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn open_sqlite(_args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
+    Err(not_built("sqlite", "the embedded store (without --clickhouse)"))
+}
+
+/// The error for a flag whose backend this binary was built without (README, "Build features").
+#[cfg(not(all(feature = "sqlite", feature = "clickhouse", feature = "kafka")))]
+fn not_built(feature: &str, what: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{what} needs the cargo feature `{feature}`, which this heddle binary was built without"
+    )
 }
 
 async fn serve(

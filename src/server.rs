@@ -33,6 +33,8 @@ pub struct Roles {
     pub metrics: Option<Arc<Metrics>>,
 }
 
+// The ingest and consumer roles exist only with Kafka.
+#[cfg_attr(not(feature = "kafka"), allow(dead_code))]
 impl Roles {
     pub const ALL: Roles = Roles { ingest: true, query: true, metrics: None };
     pub const INGEST: Roles = Roles { ingest: true, query: false, metrics: None };
