@@ -15,10 +15,10 @@ use serde_json::{Map, Value, json};
 
 use crate::ProtoError;
 use crate::ids::ProjectId;
-use crate::query::{
+use crate::time::Micros;
+use heddle_ql::{
     Catalog, CmpOp, ConvertTo, Direction, Lit, Query, SortBy, TExpr, TOperand, ValueType,
 };
-use crate::time::Micros;
 
 // ---------------------------------------------------------------------------------------------
 // Requests
@@ -47,7 +47,7 @@ pub struct CostQueryReq {
     pub project_id: ProjectId,
     pub fields: Option<Vec<String>>,
     pub query: Option<Query>,
-    #[serde(default, deserialize_with = "crate::query::sort_list")]
+    #[serde(default, deserialize_with = "heddle_ql::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
@@ -179,6 +179,7 @@ pub struct CostCatalog;
 
 impl Catalog for CostCatalog {
     type Field = CostField;
+    type Error = ProtoError;
     fn resolve(&self, name: &str) -> Result<(CostField, ValueType), ProtoError> {
         COST_FIELDS
             .iter()
@@ -405,7 +406,7 @@ impl CostsQuery {
 /// The ids a `/cost/purge` query names. Like the real server, only `$eq`/`$in` on `id` and
 /// `$or`s of those are accepted (CONTRACT §2); anything else is a 400.
 pub fn purge_ids(q: &Query) -> Result<Vec<String>, ProtoError> {
-    use crate::query::{Expr, Operand};
+    use heddle_ql::{Expr, Operand};
     fn lit_str(o: &Operand) -> Option<String> {
         match o {
             Operand::Literal(Value::String(s)) => Some(s.clone()),

@@ -24,8 +24,8 @@ use crate::calls::{
 };
 use crate::ids::ProjectId;
 use crate::limits;
-use crate::query::{CmpOp, ConvertTo, Direction, Lit, TExpr, TOperand, ValueType, split_path};
 use crate::refs;
+use heddle_ql::{CmpOp, ConvertTo, Direction, Lit, TExpr, TOperand, ValueType, split_path};
 
 /// What a calls request needs: plain SQL, or SQL for the candidates plus work on expanded rows.
 #[derive(Debug, Clone)]
@@ -819,7 +819,7 @@ mod tests {
             ),
         ];
         for (q, want) in cases {
-            let e = crate::query::Query::parse(&json!({ "$expr": q.clone() }))
+            let e = heddle_ql::Query::parse(&json!({ "$expr": q.clone() }))
                 .unwrap()
                 .typed(&crate::calls::CallCatalog)
                 .unwrap();

@@ -6,7 +6,7 @@ use heddle_proto::calls::{
     CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
 };
 use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
-use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
+use heddle_ql::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
 
 /// The select list of a call row, in the order and with the names of `CallRow`. Aliases differ
 /// from the aggregated columns so the `WHERE` and `ORDER BY` still see the columns.

@@ -1,0 +1,1 @@
+//! The three-valued evaluator (filled in next).
