@@ -688,8 +688,8 @@ pub(crate) fn expr<F: FieldSql>(sql: &mut Sql, e: &TExpr<F>) {
             sql.push(")");
         }
         TExpr::Contains { input, substr, case_insensitive } => {
-            // lower() is ASCII-only, like SQLite's.
-            let (pre, post) = if *case_insensitive { ("lower(", ")") } else { ("(", ")") };
+            // lowerUTF8 folds full Unicode, as the in-memory evaluator (docs/query-language.md).
+            let (pre, post) = if *case_insensitive { ("lowerUTF8(", ")") } else { ("(", ")") };
             sql.push("(position(").push(pre);
             operand(sql, input);
             sql.push(post).push(", ").push(pre);

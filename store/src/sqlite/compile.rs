@@ -517,7 +517,8 @@ pub(crate) fn expr<F: FieldSql>(sql: &mut Sql, e: &TExpr<F>) {
             sql.push("))");
         }
         TExpr::Contains { input, substr, case_insensitive } => {
-            let (pre, post) = if *case_insensitive { ("lower(", ")") } else { ("(", ")") };
+            // hd_fold folds full Unicode, as the in-memory evaluator (docs/query-language.md).
+            let (pre, post) = if *case_insensitive { ("hd_fold(", ")") } else { ("(", ")") };
             sql.push("(instr(").push(pre);
             operand(sql, input);
             sql.push(post).push(", ").push(pre);
