@@ -51,6 +51,8 @@ step "Rust tests"
 # The Python with chdb, for the tests' ClickHouse (tests/support/clickhouse_http.py).
 export HEDDLE_TEST_PYTHON="$venv/bin/python"
 cargo test --workspace
+# (cargo test --workspace runs tests/ql_conformance.rs and tests/clickhouse_store.rs: the query
+# language's conformance table through the evaluator, SQLite and ClickHouse.)
 
 step "HTTP conformance tests on the ClickHouse store"
 # The same suites, every server on its own ClickHouse (chdb, or CLICKHOUSE_URL's server).

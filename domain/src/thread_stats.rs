@@ -2,9 +2,9 @@
 //! (docs/api/threads.md). ClickHouse computes them in SQL; backends without percentile
 //! aggregates (SQLite) read the turns and call [`aggregate`], which is the reference for both.
 
-use heddle_proto::query::Direction;
 use heddle_proto::threads::{Thread, ThreadSortField, ThreadsQuery};
 use heddle_proto::time::Micros;
+use heddle_ql::Direction;
 
 /// A turn call, as a backend that aggregates in Rust reads it.
 #[derive(Debug, Clone)]

@@ -9,8 +9,8 @@ use serde_json::{Map, Value};
 use crate::ProtoError;
 use crate::ids::{ProjectId, new_call_id};
 use crate::limits;
-use crate::query::{Catalog, SortBy, ValueType, split_path};
 use crate::time::Micros;
+use heddle_ql::{Catalog, SortBy, ValueType, split_path};
 
 // ---------------------------------------------------------------------------------------------
 // Requests
@@ -164,8 +164,8 @@ impl CallsFilter {
 pub struct CallsQueryReq {
     pub project_id: ProjectId,
     pub filter: Option<CallsFilter>,
-    pub query: Option<crate::query::Query>,
-    #[serde(default, deserialize_with = "crate::query::sort_list")]
+    pub query: Option<heddle_ql::Query>,
+    #[serde(default, deserialize_with = "heddle_ql::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
@@ -587,6 +587,7 @@ pub struct CallCatalog;
 
 impl Catalog for CallCatalog {
     type Field = CallField;
+    type Error = ProtoError;
 
     fn resolve(&self, name: &str) -> Result<(CallField, ValueType), ProtoError> {
         if let Some(col) = CallColumn::parse(name) {
@@ -738,9 +739,9 @@ mod tests {
 pub struct CallsQuery {
     pub project: ProjectId,
     pub filter: CallsFilter,
-    pub expr: Option<crate::query::TExpr<CallField>>,
+    pub expr: Option<heddle_ql::TExpr<CallField>>,
     /// Always ends with `id` so paging is deterministic.
-    pub sort: Vec<(CallField, crate::query::Direction)>,
+    pub sort: Vec<(CallField, heddle_ql::Direction)>,
     pub limit: Option<u64>,
     pub offset: u64,
     /// Which large JSON members to return; `None` = all.
@@ -759,7 +760,7 @@ pub struct Columns {
 impl CallsQueryReq {
     /// The query as SQL sees it; `expand_columns` play no part (see [`CallsQueryReq::plan`]).
     pub fn validate(self) -> Result<CallsQuery, ProtoError> {
-        use crate::query::Direction;
+        use heddle_ql::Direction;
         let expr = self.query.as_ref().map(|q| q.typed(&CallCatalog)).transpose()?;
         if let Some(f) = &self.filter {
             f.check()?;

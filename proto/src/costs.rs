@@ -12,10 +12,9 @@ use serde_json::{Map, Value, json};
 
 use crate::ProtoError;
 use crate::ids::ProjectId;
-use crate::query::{
-    Catalog, CmpOp, ConvertTo, Direction, Lit, Query, SortBy, TExpr, TOperand, ValueType,
-};
 use crate::time::Micros;
+use heddle_ql::eval::{Cell, Row, Val, eval, sort_rows};
+use heddle_ql::{Catalog, CmpOp, Direction, Query, SortBy, TExpr, ValueType};
 
 // ---------------------------------------------------------------------------------------------
 // Requests
@@ -44,7 +43,7 @@ pub struct CostQueryReq {
     pub project_id: ProjectId,
     pub fields: Option<Vec<String>>,
     pub query: Option<Query>,
-    #[serde(default, deserialize_with = "crate::query::sort_list")]
+    #[serde(default, deserialize_with = "heddle_ql::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
@@ -176,6 +175,7 @@ pub struct CostCatalog;
 
 impl Catalog for CostCatalog {
     type Field = CostField;
+    type Error = ProtoError;
     fn resolve(&self, name: &str) -> Result<(CostField, ValueType), ProtoError> {
         COST_FIELDS
             .iter()
@@ -185,36 +185,29 @@ impl Catalog for CostCatalog {
     }
 }
 
-/// A value during evaluation. Comparisons involving `Null` are false (SQL semantics).
-#[derive(Debug, Clone, PartialEq)]
-enum V {
-    Null,
-    Str(String),
-    Num(f64),
-    Bool(bool),
+impl Row<CostField> for CostRecord {
+    fn cell(&self, f: &CostField) -> Cell<'_> {
+        use CostField::*;
+        Cell::Val(match f {
+            Id => Val::Str(self.id.clone()),
+            LlmId => Val::Str(self.llm_id.clone()),
+            ProviderId => Val::Str(self.provider_id.clone()),
+            PromptTokenCost => Val::Float(self.prompt_token_cost),
+            CompletionTokenCost => Val::Float(self.completion_token_cost),
+            PromptTokenCostUnit => Val::Str(self.prompt_token_cost_unit.clone()),
+            CompletionTokenCostUnit => Val::Str(self.completion_token_cost_unit.clone()),
+            CacheReadInputTokenCost => Val::Float(self.cache_read_input_token_cost),
+            CacheCreationInputTokenCost => Val::Float(self.cache_creation_input_token_cost),
+            EffectiveDate => Val::Int(self.effective_date.0),
+            CreatedAt => Val::Int(self.created_at.0),
+            CreatedBy => self.created_by.clone().map_or(Val::Null, Val::Str),
+            PricingLevel => Val::Str("project".into()),
+            PricingLevelId => Val::Str(self.project.as_str().to_owned()),
+        })
+    }
 }
 
 impl CostRecord {
-    fn get(&self, f: CostField) -> V {
-        use CostField::*;
-        match f {
-            Id => V::Str(self.id.clone()),
-            LlmId => V::Str(self.llm_id.clone()),
-            ProviderId => V::Str(self.provider_id.clone()),
-            PromptTokenCost => V::Num(self.prompt_token_cost),
-            CompletionTokenCost => V::Num(self.completion_token_cost),
-            PromptTokenCostUnit => V::Str(self.prompt_token_cost_unit.clone()),
-            CompletionTokenCostUnit => V::Str(self.completion_token_cost_unit.clone()),
-            CacheReadInputTokenCost => V::Num(self.cache_read_input_token_cost),
-            CacheCreationInputTokenCost => V::Num(self.cache_creation_input_token_cost),
-            EffectiveDate => V::Num(self.effective_date.0 as f64),
-            CreatedAt => V::Num(self.created_at.0 as f64),
-            CreatedBy => self.created_by.clone().map_or(V::Null, V::Str),
-            PricingLevel => V::Str("project".into()),
-            PricingLevelId => V::Str(self.project.as_str().to_owned()),
-        }
-    }
-
     /// The row as `/cost/query` returns it (all fields, or those named in `fields`).
     pub fn to_json(&self, fields: Option<&[CostField]>) -> Value {
         let mut m = Map::new();
@@ -225,99 +218,17 @@ impl CostRecord {
             let v = match f {
                 CostField::EffectiveDate => json!(self.effective_date),
                 CostField::CreatedAt => json!(self.created_at),
-                other => match self.get(*other) {
-                    V::Null => Value::Null,
-                    V::Str(s) => Value::String(s),
-                    V::Num(x) => json!(x),
-                    V::Bool(b) => Value::Bool(b),
+                other => match self.cell(other) {
+                    Cell::Val(Val::Str(s)) => Value::String(s),
+                    Cell::Val(Val::Float(x)) => json!(x),
+                    Cell::Val(Val::Int(x)) => json!(x),
+                    Cell::Val(Val::Bool(b)) => Value::Bool(b),
+                    Cell::Val(Val::Null) | Cell::Json(_) => Value::Null,
                 },
             };
             m.insert((*name).to_owned(), v);
         }
         Value::Object(m)
-    }
-}
-
-fn eval(e: &TExpr<CostField>, r: &CostRecord) -> bool {
-    match e {
-        TExpr::And(xs) => xs.iter().all(|x| eval(x, r)),
-        TExpr::Or(xs) => xs.iter().any(|x| eval(x, r)),
-        TExpr::Not(x) => !eval(x, r),
-        TExpr::Cmp(op, a, b) => compare(*op, &operand(a, r), &operand(b, r)),
-        TExpr::IsNull(a) => operand(a, r) == V::Null,
-        TExpr::In(a, bs) => {
-            let a = operand(a, r);
-            bs.iter().any(|b| compare(CmpOp::Eq, &a, &operand(b, r)))
-        }
-        TExpr::Contains { input, substr, case_insensitive } => {
-            match (operand(input, r), operand(substr, r)) {
-                (V::Str(i), V::Str(s)) if *case_insensitive => {
-                    i.to_lowercase().contains(&s.to_lowercase())
-                }
-                (V::Str(i), V::Str(s)) => i.contains(&s),
-                _ => false,
-            }
-        }
-    }
-}
-
-fn compare(op: CmpOp, a: &V, b: &V) -> bool {
-    use std::cmp::Ordering;
-    let ord = match (a, b) {
-        (V::Str(x), V::Str(y)) => x.cmp(y),
-        (V::Num(x), V::Num(y)) => match x.partial_cmp(y) {
-            Some(o) => o,
-            None => return false,
-        },
-        (V::Bool(x), V::Bool(y)) => x.cmp(y),
-        _ => return false,
-    };
-    match op {
-        CmpOp::Eq => ord == Ordering::Equal,
-        CmpOp::Gt => ord == Ordering::Greater,
-        CmpOp::Gte => ord != Ordering::Less,
-        CmpOp::Lt => ord == Ordering::Less,
-        CmpOp::Lte => ord != Ordering::Greater,
-    }
-}
-
-fn operand(o: &TOperand<CostField>, r: &CostRecord) -> V {
-    match o {
-        TOperand::Lit(l) => match l {
-            Lit::Str(s) => V::Str(s.clone()),
-            Lit::Int(i) | Lit::Micros(i) => V::Num(*i as f64),
-            Lit::Float(f) => V::Num(*f),
-            Lit::Bool(b) => V::Bool(*b),
-        },
-        TOperand::Field(f) => r.get(*f),
-        TOperand::Expr(e) => V::Bool(eval(e, r)),
-        TOperand::Convert(inner, from, to) => {
-            let v = operand(inner, r);
-            match (to, v) {
-                (ConvertTo::Exists, v) => V::Bool(v != V::Null),
-                (_, V::Null) => V::Null,
-                (ConvertTo::Double, V::Num(x)) => V::Num(x),
-                (ConvertTo::Int, V::Num(x)) => V::Num(x.trunc()),
-                (ConvertTo::Double | ConvertTo::Int, V::Str(s)) => s
-                    .trim()
-                    .parse::<f64>()
-                    .map_or(V::Null, |x| V::Num(if *to == ConvertTo::Int { x.trunc() } else { x })),
-                (ConvertTo::Double | ConvertTo::Int, V::Bool(b)) => V::Num(b as u8 as f64),
-                (ConvertTo::Bool, V::Bool(b)) => V::Bool(b),
-                (ConvertTo::Bool, V::Num(x)) => V::Bool(x != 0.0),
-                (ConvertTo::Bool, V::Str(s)) => match s.as_str() {
-                    "true" | "1" => V::Bool(true),
-                    "false" | "0" => V::Bool(false),
-                    _ => V::Null,
-                },
-                (ConvertTo::String, V::Str(s)) => V::Str(s),
-                (ConvertTo::String, V::Bool(b)) => V::Str(b.to_string()),
-                (ConvertTo::String, V::Num(x)) if *from == ValueType::Timestamp => {
-                    V::Str(Micros(x as i64).to_rfc3339())
-                }
-                (ConvertTo::String, V::Num(x)) => V::Str(x.to_string()),
-            }
-        }
     }
 }
 
@@ -371,25 +282,10 @@ impl CostQueryReq {
 impl CostsQuery {
     /// Filters, sorts and pages a project's prices.
     pub fn apply(&self, mut rows: Vec<CostRecord>) -> Vec<Value> {
-        rows.retain(|r| r.project == self.project && self.expr.as_ref().is_none_or(|e| eval(e, r)));
-        rows.sort_by(|a, b| {
-            for (f, dir) in &self.sort {
-                let ord = match (a.get(*f), b.get(*f)) {
-                    (V::Str(x), V::Str(y)) => x.cmp(&y),
-                    (V::Num(x), V::Num(y)) => x.total_cmp(&y),
-                    (V::Null, V::Null) => std::cmp::Ordering::Equal,
-                    // NULLs last in both directions.
-                    (V::Null, _) => return std::cmp::Ordering::Greater,
-                    (_, V::Null) => return std::cmp::Ordering::Less,
-                    _ => std::cmp::Ordering::Equal,
-                };
-                let ord = if *dir == Direction::Desc { ord.reverse() } else { ord };
-                if ord.is_ne() {
-                    return ord;
-                }
-            }
-            std::cmp::Ordering::Equal
+        rows.retain(|r| {
+            r.project == self.project && self.expr.as_ref().is_none_or(|e| eval(e, r) == Some(true))
         });
+        sort_rows(&mut rows, &self.sort);
         let limit = self.limit.unwrap_or(u64::MAX) as usize;
         rows.iter()
             .skip(self.offset as usize)
@@ -402,7 +298,7 @@ impl CostsQuery {
 /// The ids a `/cost/purge` query names. Like the real server, only `$eq`/`$in` on `id` and
 /// `$or`s of those are accepted (CONTRACT §2); anything else is a 400.
 pub fn purge_ids(q: &Query) -> Result<Vec<String>, ProtoError> {
-    use crate::query::{Expr, Operand};
+    use heddle_ql::{Expr, Operand};
     fn lit_str(o: &Operand) -> Option<String> {
         match o {
             Operand::Literal(Value::String(s)) => Some(s.clone()),

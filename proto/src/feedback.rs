@@ -9,10 +9,10 @@ use serde_json::{Map, Value};
 
 use crate::ProtoError;
 use crate::ids::ProjectId;
-use crate::query::{
+use crate::time::Micros;
+use heddle_ql::{
     Catalog, CmpOp, Direction, Expr, Operand, Query, SortBy, TExpr, ValueType, split_path,
 };
-use crate::time::Micros;
 
 /// Largest stored payload (JSON text), as the reference server caps it.
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
@@ -68,7 +68,7 @@ pub struct FeedbackQueryReq {
     pub project_id: ProjectId,
     pub fields: Option<Vec<String>>,
     pub query: Option<Query>,
-    #[serde(default, deserialize_with = "crate::query::sort_list")]
+    #[serde(default, deserialize_with = "heddle_ql::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
@@ -464,6 +464,7 @@ pub struct FeedbackCatalog;
 
 impl Catalog for FeedbackCatalog {
     type Field = FeedbackField;
+    type Error = ProtoError;
 
     fn resolve(&self, name: &str) -> Result<(FeedbackField, ValueType), ProtoError> {
         if let Some(c) = FeedbackColumn::parse(name) {

@@ -14,7 +14,7 @@ use crate::ProtoError;
 use crate::digest::{is_valid_digest, row_digest, table_digest};
 use crate::ids::ProjectId;
 use crate::limits;
-use crate::query::{Direction, SortBy, split_path};
+use heddle_ql::{Direction, SortBy, split_path};
 
 #[derive(Debug, Deserialize)]
 pub struct TableCreateReq {
@@ -81,7 +81,7 @@ pub struct TableQueryReq {
     pub filter: Option<TableRowFilter>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
-    #[serde(default, deserialize_with = "crate::query::sort_list")]
+    #[serde(default, deserialize_with = "heddle_ql::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
 }
 

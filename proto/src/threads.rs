@@ -18,8 +18,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::ProtoError;
 use crate::ids::ProjectId;
-use crate::query::{Direction, SortBy};
 use crate::time::Micros;
+use heddle_ql::{Direction, SortBy};
 
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ThreadsFilter {

@@ -6,7 +6,7 @@ use heddle_proto::calls::{
     CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
 };
 use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
-use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
+use heddle_ql::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
 
 /// The select list of a call row, in the order and with the names of `CallRow`. Aliases differ
 /// from the aggregated columns so the `WHERE` and `ORDER BY` still see the columns.
@@ -688,8 +688,8 @@ pub(crate) fn expr<F: FieldSql>(sql: &mut Sql, e: &TExpr<F>) {
             sql.push(")");
         }
         TExpr::Contains { input, substr, case_insensitive } => {
-            // lower() is ASCII-only, like SQLite's.
-            let (pre, post) = if *case_insensitive { ("lower(", ")") } else { ("(", ")") };
+            // lowerUTF8 folds full Unicode, as the in-memory evaluator (docs/query-language.md).
+            let (pre, post) = if *case_insensitive { ("lowerUTF8(", ")") } else { ("(", ")") };
             sql.push("(position(").push(pre);
             operand(sql, input);
             sql.push(post).push(", ").push(pre);

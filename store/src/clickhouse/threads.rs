@@ -2,9 +2,9 @@
 
 use async_trait::async_trait;
 use clickhouse::Row;
-use heddle_proto::query::Direction;
 use heddle_proto::threads::{Thread, ThreadSortField, ThreadsQuery};
 use heddle_proto::time::Micros;
+use heddle_ql::Direction;
 use serde::Deserialize;
 
 use super::sql::{Param, Sql, paging};

@@ -6,7 +6,7 @@ use heddle_proto::calls::{
     CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
 };
 use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
-use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
+use heddle_ql::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
 use rusqlite::types::Value;
 
 /// The select list of a call row, in the order `row_to_call` reads it.
@@ -517,7 +517,8 @@ pub(crate) fn expr<F: FieldSql>(sql: &mut Sql, e: &TExpr<F>) {
             sql.push("))");
         }
         TExpr::Contains { input, substr, case_insensitive } => {
-            let (pre, post) = if *case_insensitive { ("lower(", ")") } else { ("(", ")") };
+            // hd_fold folds full Unicode, as the in-memory evaluator (docs/query-language.md).
+            let (pre, post) = if *case_insensitive { ("hd_fold(", ")") } else { ("(", ")") };
             sql.push("(instr(").push(pre);
             operand(sql, input);
             sql.push(post).push(", ").push(pre);

@@ -5,8 +5,8 @@ use heddle_proto::ProjectId;
 use heddle_proto::objects::{
     DeletedVersion, ObjSchema, ObjSortField, ObjectsDelete, ObjectsQuery, VersionSel,
 };
-use heddle_proto::query::Direction;
 use heddle_proto::time::Micros;
+use heddle_ql::Direction;
 use rusqlite::{Connection, OptionalExtension, Row, params};
 
 use super::SqliteStore;
