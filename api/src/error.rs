@@ -1,5 +1,5 @@
 //! The single error type of the HTTP API, mapped to status codes in one place
-//! (CONTRACT §1.7). Every error body is `{"reason": ...}`.
+//! (docs/api/README.md#errors-and-status-codes). Every error body is `{"reason": ...}`.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};

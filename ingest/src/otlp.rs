@@ -1,4 +1,4 @@
-//! OTLP trace ingest (CONTRACT §10, `docs/otlp.md`): `POST /otel/v1/traces` — and the SDK's own
+//! OTLP trace ingest (docs/api/otel.md, `docs/otlp.md`): `POST /otel/v1/traces` — and the SDK's own
 //! `/agents/otel/v1/traces` — with OTLP/protobuf or OTLP/JSON bodies, gzip or not; and the
 //! OTLP/gRPC `TraceService/Export`. Both transports share [`OtlpIngest::export`]: decode and
 //! convert on the blocking pool (never on the reactor), authorise every project, and hand each

@@ -1,6 +1,7 @@
-//! Calls: request bodies as the SDK sends them (CONTRACT §5, §14.1–14.2), the normalised
-//! [`CallPart`] every write path produces, the [`Call`] row every read path returns, and the
-//! field catalog of the query language.
+//! Calls: request bodies as the SDK sends them (docs/api/calls.md,
+//! docs/api/calls.md#complete-calls-v2, docs/api/calls.md#start-and-end-v2), the normalised
+//! [`CallPart`] every write path produces, the [`Call`] row every read path returns, and the field
+//! catalog of the query language.
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -115,7 +116,8 @@ pub struct CallReadReq {
     pub id: String,
 }
 
-/// CONTRACT §5.10. Lists are OR, fields are AND; `None` means no constraint.
+/// The calls filter (docs/api/calls.md#calls-filter). Lists are OR, fields are AND; `None` means no
+/// constraint.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct CallsFilter {
     pub op_names: Option<Vec<String>>,
@@ -265,7 +267,8 @@ fn to_json<T: Serialize>(v: &T) -> String {
 }
 
 impl StartedCall {
-    /// Validates and normalises; generates the id and trace id when absent (CONTRACT §5.1).
+    /// Validates and normalises; generates the id and trace id when absent
+    /// (docs/api/calls.md#start-a-call).
     pub fn into_part(self, wb_user_id: Option<&str>) -> Result<CallPart, ProtoError> {
         let id = self.id.filter(|s| !s.is_empty()).unwrap_or_else(new_call_id);
         let trace_id = self.trace_id.filter(|s| !s.is_empty()).unwrap_or_else(new_call_id);
@@ -364,8 +367,9 @@ impl UpsertItem {
 // ---------------------------------------------------------------------------------------------
 // The read record
 
-/// A call row as returned by `/call/read` and `/calls/stream_query` (CONTRACT §5.9). Stored JSON
-/// members pass through as raw text; only `summary` is rebuilt (derived `weave` block).
+/// A call row as returned by `/call/read` and `/calls/stream_query`
+/// (docs/api/calls.md#call-object). Stored JSON members pass through as raw text; only `summary` is
+/// rebuilt (derived `weave` block).
 #[derive(Debug, Serialize)]
 pub struct Call {
     pub id: String,
@@ -395,7 +399,7 @@ pub struct Call {
     pub total_storage_size_bytes: Option<i64>,
 }
 
-/// `summary.weave.status` (CONTRACT §5.9).
+/// `summary.weave.status` (docs/api/calls.md#call-object).
 pub fn derive_status(exception: bool, ended: bool, summary: &Value) -> &'static str {
     let errors = summary.pointer("/status_counts/error").and_then(Value::as_f64).unwrap_or(0.0);
     if exception {
@@ -529,12 +533,13 @@ pub enum JsonRoot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallField {
     Column(CallColumn),
-    /// A path into a JSON member; string semantics (CONTRACT §2). Empty path = the member.
+    /// A path into a JSON member; string semantics (docs/api/query.md#typing). Empty path = the
+    /// member.
     Json(JsonRoot, Vec<String>),
     Status,
     LatencyMs,
     TraceName,
-    /// `feedback.[<type>].…`: the call's feedback (CONTRACT §2).
+    /// `feedback.[<type>].…`: the call's feedback (docs/api/query.md#calls-fields).
     Feedback(FeedbackSel),
 }
 

@@ -1,5 +1,6 @@
-//! Costs (CONTRACT §6, §5.9): the `/cost/*` request bodies, the stored price row, the query
-//! language over prices, and the derived `summary.weave.costs` of a call.
+//! Costs (docs/api/costs.md, docs/api/calls.md#call-object): the `/cost/*` request bodies, the
+//! stored price row, the query language over prices, and the derived `summary.weave.costs` of a
+//! call.
 //!
 //! Prices are few per project (one row per model and effective date), so `/cost/query` and
 //! `/cost/purge` load a project's prices and evaluate the query here, in Rust, identically for
@@ -296,7 +297,7 @@ impl CostsQuery {
 }
 
 /// The ids a `/cost/purge` query names. Like the real server, only `$eq`/`$in` on `id` and
-/// `$or`s of those are accepted (CONTRACT §2); anything else is a 400.
+/// `$or`s of those are accepted (docs/api/query.md#purge-queries); anything else is a 400.
 pub fn purge_ids(q: &Query) -> Result<Vec<String>, ProtoError> {
     use heddle_ql::{Expr, Operand};
     fn lit_str(o: &Operand) -> Option<String> {

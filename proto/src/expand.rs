@@ -1,7 +1,7 @@
-//! `expand_columns` of `/calls/stream_query` and `/calls/query_stats` (CONTRACT §5.7, §5.8): the
-//! plan that splits a calls query into what SQL answers and what must wait until refs are
-//! resolved, and the in-memory evaluation of that second part. Pure code; the query crate does
-//! the reading and resolving.
+//! `expand_columns` of `/calls/stream_query` and `/calls/query_stats`
+//! (docs/api/calls.md#count-calls, docs/api/calls.md#stream-calls): the plan that splits a calls
+//! query into what SQL answers and what must wait until refs are resolved, and the in-memory
+//! evaluation of that second part. Pure code; the query crate does the reading and resolving.
 //!
 //! As in the reference server: expand columns are dot paths (`inputs.example`, `output`) into a
 //! call; a ref string found there (dict keys only, no list indexes) is replaced by the value it

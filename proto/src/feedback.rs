@@ -1,6 +1,6 @@
-//! Feedback (CONTRACT §7, §14.3): request bodies, the normalised [`NewFeedback`] every write
-//! path stores, the [`StoredFeedback`] row reads return, the feedback field catalog of the
-//! query language, and the id-only query `/feedback/purge` accepts.
+//! Feedback (docs/api/feedback.md, docs/api/feedback.md#batch-create-feedback): request bodies, the
+//! normalised [`NewFeedback`] every write path stores, the [`StoredFeedback`] row reads return, the
+//! feedback field catalog of the query language, and the id-only query `/feedback/purge` accepts.
 
 use std::collections::BTreeMap;
 
@@ -23,7 +23,7 @@ pub const MAX_BATCH: usize = 1000;
 // ---------------------------------------------------------------------------------------------
 // Requests
 
-/// `FeedbackCreate` (CONTRACT §7). Unknown keys are ignored; `null` means absent.
+/// `FeedbackCreate` (docs/api/feedback.md). Unknown keys are ignored; `null` means absent.
 #[derive(Debug, Clone, Deserialize)]
 pub struct FeedbackCreateReq {
     pub project_id: ProjectId,
@@ -312,8 +312,9 @@ fn ref_project(uri: &str) -> Result<ProjectId, ProtoError> {
 }
 
 impl FeedbackCreateReq {
-    /// Validates and normalises (CONTRACT §7): the target ref must be in the request's project,
-    /// the payload at most [`MAX_PAYLOAD_BYTES`]; the client id is kept, else a new one is made.
+    /// Validates and normalises (docs/api/feedback.md): the target ref must be in the request's
+    /// project, the payload at most [`MAX_PAYLOAD_BYTES`]; the client id is kept, else a new one is
+    /// made.
     pub fn into_new(self, wb_user_id: &str, now: Micros) -> Result<NewFeedback, CreateError> {
         let target = ref_project(&self.weave_ref)?;
         if target != self.project_id {
@@ -446,7 +447,7 @@ impl FeedbackColumn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FeedbackField {
     Column(FeedbackColumn),
-    /// A path into the payload; string semantics (CONTRACT §2).
+    /// A path into the payload; string semantics (docs/api/query.md#typing).
     Payload(Vec<String>),
 }
 

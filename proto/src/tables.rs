@@ -1,5 +1,6 @@
-//! Tables (CONTRACT §12, §14.4): request/response shapes and the pure rules — row validation,
-//! applying `/table/update` edits to a row list, and the row order of `sort_by`.
+//! Tables (docs/api/tables.md, docs/api/tables.md#create-a-table-from-row-digests):
+//! request/response shapes and the pure rules — row validation, applying `/table/update` edits to a
+//! row list, and the row order of `sort_by`.
 //!
 //! A table is an ordered list of row digests (duplicates allowed); rows are stored once per
 //! (project, row digest). Everything here works on those lists, so both backends share it.

@@ -1,4 +1,4 @@
-//! Threads (CONTRACT §13): `/threads/stream_query` aggregates the turn calls of a project
+//! Threads (docs/api/threads.md): `/threads/stream_query` aggregates the turn calls of a project
 //! (calls with `id == turn_id` and a non-empty `thread_id`, not deleted) per thread.
 //!
 //! Semantics both backends implement:

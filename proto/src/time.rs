@@ -16,7 +16,7 @@ impl Micros {
     }
 
     /// Accepts RFC 3339 with `Z` or an offset, with or without a fraction; a missing offset means
-    /// UTC (CONTRACT §1.4).
+    /// UTC (docs/api/README.md#timestamps).
     pub fn parse(s: &str) -> Result<Self, ProtoError> {
         Ok(Micros(heddle_ql::time::parse_micros(s)?))
     }

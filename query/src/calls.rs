@@ -110,7 +110,8 @@ async fn stream_query(
             })
         }));
     }
-    // Errors must become a status before the first byte (CONTRACT §3): look at the first row.
+    // Errors must become a status before the first byte
+    // (docs/api/README.md#streaming-responses-jsonl): look at the first row.
     let first = rows.next().await.transpose()?;
     let store = state.store.clone();
     let chunks = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256);

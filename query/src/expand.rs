@@ -1,4 +1,5 @@
-//! Serving `expand_columns` (CONTRACT §5.7, §5.8; the plan is `heddle_proto::expand`).
+//! Serving `expand_columns` (docs/api/calls.md#count-calls, docs/api/calls.md#stream-calls; the
+//! plan is `heddle_proto::expand`).
 //!
 //! Three shapes, all reading calls from the store as a stream and resolving refs a page at a
 //! time (one row read per page for dataset rows, objects and row lists cached per request):
@@ -294,7 +295,7 @@ fn jsonl(calls: impl IntoIterator<Item = Call>) -> Result<Bytes, ApiError> {
 }
 
 /// A JSONL body as chunks; the first chunk is produced before the response starts so that
-/// errors still become a status (CONTRACT §3).
+/// errors still become a status (docs/api/README.md#streaming-responses-jsonl).
 pub(crate) type Chunks = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, ApiError>> + Send>>;
 
 struct Scan {

@@ -1,5 +1,5 @@
-//! `/objs/query` (CONTRACT §9.3): the request as the SDK sends it, and the validated
-//! [`ObjectsQuery`] the backends render.
+//! `/objs/query` (docs/api/objects.md#query-objects): the request as the SDK sends it, and the
+//! validated [`ObjectsQuery`] the backends render.
 
 use serde::Deserialize;
 

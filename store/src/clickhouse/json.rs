@@ -10,7 +10,7 @@ pub(super) struct Indexed {
     /// `''`, or the member with every number replaced by a JSON string of its exact text, when
     /// some number's text would not survive ClickHouse's JSON functions (`1.0` reads back as
     /// `1`, `1e-05` as `0.00001`, `10**20` not at all). The query language reads numbers as
-    /// their JSON text (CONTRACT §2), and only a string keeps the text.
+    /// their JSON text (docs/api/query.md#typing), and only a string keeps the text.
     pub q: String,
     /// Weave refs anywhere in the member (the `input_refs` / `output_refs` filters).
     pub refs: Vec<String>,
