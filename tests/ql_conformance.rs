@@ -6,9 +6,9 @@ mod common;
 
 use common::clickhouse::ClickHouse;
 use futures::StreamExt;
+use heddle_domain::expansion::{CallValues, compare_keys, eval, sort_key};
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery, CallsQueryReq, EndPart, StartPart};
-use heddle_proto::expand::{CallValues, compare_keys, eval, sort_key};
 use heddle_proto::time::Micros;
 use heddle_store::Store;
 use heddle_store::clickhouse::ClickHouseStore;

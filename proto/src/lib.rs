@@ -6,7 +6,6 @@ pub mod canonical;
 pub mod costs;
 pub mod digest;
 pub mod error;
-pub mod expand;
 pub mod feedback;
 pub mod ids;
 pub mod limits;

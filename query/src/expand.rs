@@ -1,5 +1,5 @@
 //! Serving `expand_columns` (docs/api/calls.md#count-calls, docs/api/calls.md#stream-calls; the
-//! plan is `heddle_proto::expand`).
+//! plan is `heddle_domain::expansion`).
 //!
 //! Three shapes, all reading calls from the store as a stream and resolving refs a page at a
 //! time (one row read per page for dataset rows, objects and row lists cached per request):
@@ -20,8 +20,10 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use heddle_api::ApiError;
 use heddle_api::budget::{Admitted, MemoryBudget, VALUE_COST};
+use heddle_domain::expansion::{
+    CallValues, ExpandPlan, KeyPart, by_ids, compare_keys, eval, sort_key,
+};
 use heddle_proto::calls::{Call, CallsQuery};
-use heddle_proto::expand::{CallValues, ExpandPlan, KeyPart, by_ids, compare_keys, eval, sort_key};
 use heddle_proto::limits::{MAX_MEMBER_DEPTH, json_depth, json_shape};
 use heddle_proto::refs::{self, ObjectRef, Ref};
 use heddle_store::{CallStream, Store};
@@ -497,10 +499,10 @@ mod tests {
 
     use async_trait::async_trait;
     use bytes::Bytes;
+    use heddle_domain::expansion::Planned;
     use heddle_proto::ProjectId;
     use heddle_proto::calls::{CallPart, CallsQueryReq, StartedCall};
     use heddle_proto::digest::{object_digest, row_digest, table_digest};
-    use heddle_proto::expand::Planned;
     use heddle_proto::objects::{
         DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel,
     };
@@ -628,7 +630,9 @@ mod tests {
     }
 
     fn planned(body: Value) -> (CallsQuery, ExpandPlan) {
-        match serde_json::from_value::<CallsQueryReq>(body).unwrap().plan().unwrap() {
+        match heddle_domain::expansion::plan(serde_json::from_value::<CallsQueryReq>(body).unwrap())
+            .unwrap()
+        {
             Planned::Expand { candidates, plan } => (candidates, *plan),
             Planned::Sql(q) => panic!("not an expand plan: {q:?}"),
         }

@@ -15,14 +15,14 @@
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::ProtoError;
-use crate::calls::{
+use heddle_proto::ProtoError;
+use heddle_proto::calls::{
     CallColumn, CallField, CallsFilter, CallsQuery, CallsQueryReq, Columns, JsonRoot,
     derive_status, op_display_name,
 };
-use crate::ids::ProjectId;
-use crate::limits;
-use crate::refs;
+use heddle_proto::ids::ProjectId;
+use heddle_proto::limits;
+use heddle_proto::refs;
 use heddle_ql::eval::{Cell, Row, path};
 use heddle_ql::{Direction, TExpr, TOperand, split_path};
 
@@ -134,88 +134,87 @@ fn and(mut xs: Vec<TExpr<CallField>>) -> Option<TExpr<CallField>> {
     }
 }
 
-impl CallsQueryReq {
-    /// Validates like [`CallsQueryReq::validate`] and decides how `expand_columns` is served.
-    pub fn plan(mut self) -> Result<Planned, ProtoError> {
-        let expand = self.expand_columns.take().unwrap_or_default();
-        if expand.len() > limits::MAX_EXPAND_COLUMNS {
-            return Err(ProtoError::invalid(format!(
-                "{} expand_columns: at most {} are accepted",
-                expand.len(),
-                limits::MAX_EXPAND_COLUMNS
-            )));
-        }
-        if let Some(c) = expand.iter().find(|c| c.split('.').count() > limits::MAX_PATH_SEGMENTS) {
-            let head: String = c.chars().take(64).collect();
-            return Err(ProtoError::invalid(format!(
-                "expand column {head:?}... has more than {} segments",
-                limits::MAX_PATH_SEGMENTS
-            )));
-        }
-        let return_values = self.return_expanded_column_values.unwrap_or(true);
-        let mut q = self.validate()?;
-        let mut columns: Vec<Vec<String>> = expand
-            .iter()
-            .map(|c| split_path(c))
-            .filter(|segs| root_of(&segs[0]).is_some() && segs.iter().all(|s| !s.is_empty()))
-            .collect();
-        columns.sort();
-        columns.dedup();
-        columns.sort_by_key(Vec::len);
-        if columns.is_empty() {
-            return Ok(Planned::Sql(q));
-        }
-        let (sql, residual) = match q.expr.take() {
-            None => (None, None),
-            Some(TExpr::And(xs)) => {
-                let (through, plain): (Vec<_>, Vec<_>) =
-                    xs.into_iter().partition(|x| expr_through(x, &columns));
-                (and(plain), and(through))
-            }
-            Some(e) if expr_through(&e, &columns) => (None, Some(e)),
-            Some(e) => (Some(e), None),
-        };
-        q.expr = sql;
-        let sort = q.sort.iter().any(|(f, _)| through(f, &columns)).then(|| q.sort.clone());
-        // Feedback fields live in the store, not in the call row the in-memory part evaluates.
-        let mut feedback_in_memory = false;
-        if let Some(r) = &residual {
-            visit_fields(r, &mut |f| feedback_in_memory |= matches!(f, CallField::Feedback(_)));
-        }
-        if let Some(sort) = &sort {
-            feedback_in_memory |= sort.iter().any(|(f, _)| matches!(f, CallField::Feedback(_)));
-        }
-        if feedback_in_memory {
-            return Err(ProtoError::invalid(
-                "feedback fields cannot be combined with expanded columns in one condition or \
-                 sort yet: put them in separate $and terms",
-            ));
-        }
-        if !return_values && residual.is_none() && sort.is_none() {
-            return Ok(Planned::Sql(q));
-        }
-        let plan = ExpandPlan {
-            project: q.project.clone(),
-            columns,
-            return_values,
-            residual,
-            sort,
-            limit: q.limit,
-            offset: q.offset,
-            user_columns: q.columns,
-        };
-        if plan.in_memory() {
-            // The candidates: every call the SQL part matches, whole (the conditions may read
-            // any member), paged here after filtering.
-            q.limit = None;
-            q.offset = 0;
-            q.columns = None;
-            if plan.sort.is_some() {
-                q.sort = vec![(CallField::Column(CallColumn::Id), Direction::Asc)];
-            }
-        }
-        Ok(Planned::Expand { candidates: q, plan: Box::new(plan) })
+/// Validates `req` like [`CallsQueryReq::validate`] and decides how its `expand_columns` are
+/// served.
+pub fn plan(mut req: CallsQueryReq) -> Result<Planned, ProtoError> {
+    let expand = req.expand_columns.take().unwrap_or_default();
+    if expand.len() > limits::MAX_EXPAND_COLUMNS {
+        return Err(ProtoError::invalid(format!(
+            "{} expand_columns: at most {} are accepted",
+            expand.len(),
+            limits::MAX_EXPAND_COLUMNS
+        )));
     }
+    if let Some(c) = expand.iter().find(|c| c.split('.').count() > limits::MAX_PATH_SEGMENTS) {
+        let head: String = c.chars().take(64).collect();
+        return Err(ProtoError::invalid(format!(
+            "expand column {head:?}... has more than {} segments",
+            limits::MAX_PATH_SEGMENTS
+        )));
+    }
+    let return_values = req.return_expanded_column_values.unwrap_or(true);
+    let mut q = req.validate()?;
+    let mut columns: Vec<Vec<String>> = expand
+        .iter()
+        .map(|c| split_path(c))
+        .filter(|segs| root_of(&segs[0]).is_some() && segs.iter().all(|s| !s.is_empty()))
+        .collect();
+    columns.sort();
+    columns.dedup();
+    columns.sort_by_key(Vec::len);
+    if columns.is_empty() {
+        return Ok(Planned::Sql(q));
+    }
+    let (sql, residual) = match q.expr.take() {
+        None => (None, None),
+        Some(TExpr::And(xs)) => {
+            let (through, plain): (Vec<_>, Vec<_>) =
+                xs.into_iter().partition(|x| expr_through(x, &columns));
+            (and(plain), and(through))
+        }
+        Some(e) if expr_through(&e, &columns) => (None, Some(e)),
+        Some(e) => (Some(e), None),
+    };
+    q.expr = sql;
+    let sort = q.sort.iter().any(|(f, _)| through(f, &columns)).then(|| q.sort.clone());
+    // Feedback fields live in the store, not in the call row the in-memory part evaluates.
+    let mut feedback_in_memory = false;
+    if let Some(r) = &residual {
+        visit_fields(r, &mut |f| feedback_in_memory |= matches!(f, CallField::Feedback(_)));
+    }
+    if let Some(sort) = &sort {
+        feedback_in_memory |= sort.iter().any(|(f, _)| matches!(f, CallField::Feedback(_)));
+    }
+    if feedback_in_memory {
+        return Err(ProtoError::invalid(
+            "feedback fields cannot be combined with expanded columns in one condition or \
+             sort yet: put them in separate $and terms",
+        ));
+    }
+    if !return_values && residual.is_none() && sort.is_none() {
+        return Ok(Planned::Sql(q));
+    }
+    let plan = ExpandPlan {
+        project: q.project.clone(),
+        columns,
+        return_values,
+        residual,
+        sort,
+        limit: q.limit,
+        offset: q.offset,
+        user_columns: q.columns,
+    };
+    if plan.in_memory() {
+        // The candidates: every call the SQL part matches, whole (the conditions may read
+        // any member), paged here after filtering.
+        q.limit = None;
+        q.offset = 0;
+        q.columns = None;
+        if plan.sort.is_some() {
+            q.sort = vec![(CallField::Column(CallColumn::Id), Direction::Asc)];
+        }
+    }
+    Ok(Planned::Expand { candidates: q, plan: Box::new(plan) })
 }
 
 /// A calls request without sorting, paging or projection, for counting: `query_stats` takes a
@@ -231,7 +230,7 @@ pub fn for_count(req: CallsQueryReq) -> CallsQueryReq {
 /// evaluated; written back into the call only when the client wants expanded values.
 #[derive(Debug)]
 pub struct CallValues {
-    pub call: crate::calls::Call,
+    pub call: heddle_proto::calls::Call,
     pub inputs: Value,
     pub output: Value,
     pub attributes: Value,
@@ -242,7 +241,7 @@ fn parse_raw(raw: Option<&RawValue>) -> Value {
 }
 
 impl CallValues {
-    pub fn new(call: crate::calls::Call) -> CallValues {
+    pub fn new(call: heddle_proto::calls::Call) -> CallValues {
         CallValues {
             inputs: parse_raw(Some(&call.inputs)),
             output: parse_raw(call.output.as_deref()),
@@ -304,7 +303,7 @@ impl CallValues {
     }
 
     /// The call to return: with the expanded members when `expanded`, else as read.
-    pub fn into_call(self, expanded: bool) -> crate::calls::Call {
+    pub fn into_call(self, expanded: bool) -> heddle_proto::calls::Call {
         let mut call = self.call;
         if expanded {
             let raw = |v: &Value| serde_json::value::to_raw_value(v).expect("JSON serialises");
@@ -389,8 +388,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::calls::Call;
-    use crate::time::Micros;
+    use heddle_proto::calls::Call;
+    use heddle_proto::time::Micros;
 
     fn req(body: Value) -> CallsQueryReq {
         serde_json::from_value(body).unwrap()
@@ -428,7 +427,7 @@ mod tests {
     }
 
     fn residual_of(body: Value) -> (CallsQuery, ExpandPlan) {
-        match req(body).plan().unwrap() {
+        match plan(req(body)).unwrap() {
             Planned::Expand { candidates, plan } => (candidates, *plan),
             Planned::Sql(q) => panic!("expected an expand plan, got {q:?}"),
         }
@@ -437,10 +436,10 @@ mod tests {
     #[test]
     fn plans_split_sql_from_expanded_conditions() {
         // No expand columns, or only unrelated ones with nothing to return: plain SQL.
-        assert!(matches!(req(json!({"project_id": "e/p"})).plan().unwrap(), Planned::Sql(_)));
+        assert!(matches!(plan(req(json!({"project_id": "e/p"}))).unwrap(), Planned::Sql(_)));
         let q = json!({"project_id": "e/p", "expand_columns": ["inputs.x", "op_name"],
                        "return_expanded_column_values": false});
-        assert!(matches!(req(q).plan().unwrap(), Planned::Sql(_)));
+        assert!(matches!(plan(req(q)).unwrap(), Planned::Sql(_)));
 
         // Expansion only: SQL pages as usual.
         let (q, plan) = residual_of(json!({"project_id": "e/p", "expand_columns": ["inputs.x"],
@@ -548,7 +547,7 @@ mod tests {
         for (q, want) in cases {
             let e = heddle_ql::Query::parse(&json!({ "$expr": q.clone() }))
                 .unwrap()
-                .typed(&crate::calls::CallCatalog)
+                .typed(&heddle_proto::calls::CallCatalog)
                 .unwrap();
             assert_eq!(eval(&e, &c), want, "{q}");
         }
