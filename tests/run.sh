@@ -46,6 +46,13 @@ fi
 
 step "building"
 cargo build --workspace --bins
+# The embedded-only build must not need the ClickHouse client or librdkafka (README, "Build
+# features"): check both that it builds and that neither crate is in its dependency tree.
+cargo build --no-default-features --features sqlite --bin heddle
+if cargo tree --no-default-features --features sqlite -e normal -p heddle | grep -E '^.* (rdkafka|clickhouse) v'; then
+    echo "the sqlite-only build depends on ClickHouse or Kafka" >&2
+    exit 1
+fi
 
 step "Rust tests"
 # The Python with chdb, for the tests' ClickHouse (tests/support/clickhouse_http.py).
