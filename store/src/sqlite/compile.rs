@@ -6,7 +6,8 @@ use heddle_proto::calls::{
     CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
 };
 use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
-use heddle_ql::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
+use heddle_ql::sql::{Cast, Dialect, FieldSql, and_expr, order_by};
+use heddle_ql::{ConvertTo, Direction, Lit, ValueType};
 use rusqlite::types::Value;
 
 /// The select list of a call row, in the order `row_to_call` reads it.
@@ -50,17 +51,50 @@ impl Sql {
     }
 }
 
+impl Dialect for Sql {
+    fn push(&mut self, s: &str) -> &mut Self {
+        Sql::push(self, s)
+    }
+    fn literal(&mut self, l: &Lit) {
+        match l {
+            Lit::Str(s) => self.bind(s.clone()),
+            Lit::Int(i) | Lit::Micros(i) => self.bind(*i),
+            Lit::Float(f) => self.bind(*f),
+            Lit::Bool(b) => self.bind(*b as i64),
+        };
+    }
+    const NULL_AS_FALSE: &'static str = "COALESCE";
+    const IN_AS_EQUALITIES: bool = false;
+    const POSITION: &'static str = "instr";
+    // hd_fold is registered in functions.rs.
+    const FOLD: &'static str = "hd_fold";
+    fn cast(to: ConvertTo, from: ValueType) -> Cast {
+        use ValueType as T;
+        let (pre, post) = match (to, from) {
+            (ConvertTo::Double, T::Timestamp) => ("(CAST(", " AS REAL) / 1e6)"),
+            (ConvertTo::Double, T::Int | T::Float | T::Bool) => ("CAST(", " AS REAL)"),
+            (ConvertTo::Double, _) => ("hd_to_double(", ")"),
+            (ConvertTo::Int, T::Timestamp) => ("(", " / 1000000)"),
+            (ConvertTo::Int, T::Float) => ("CAST(", " AS INTEGER)"),
+            (ConvertTo::Int, _) => ("hd_to_int(", ")"),
+            (ConvertTo::Bool, _) => ("hd_to_bool(", ")"),
+            (ConvertTo::String, T::Bool) => ("(CASE WHEN ", " THEN 'true' ELSE 'false' END)"),
+            (ConvertTo::String, _) => ("CAST(", " AS TEXT)"),
+            (ConvertTo::Exists, _) => unreachable!("rendered by the walker"),
+        };
+        Cast::Wrap(pre, post)
+    }
+    /// SQLite sorts NULLs as the smallest value already.
+    fn nulls(_: Direction) -> &'static str {
+        ""
+    }
+}
+
 pub fn select_calls(q: &CallsQuery) -> Sql {
     let mut sql = Sql::default();
     sql.push("SELECT ").push(&call_columns(q)).push(" FROM calls WHERE ");
     where_clause(&mut sql, q);
-    sql.push(" ORDER BY ");
-    for (i, (field, dir)) in q.sort.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        order_term(&mut sql, field, *dir);
-    }
+    order_by(&mut sql, &q.sort);
     if q.limit.is_some() || q.offset > 0 {
         let limit = q.limit.map_or(-1, |l| l.min(i64::MAX as u64) as i64);
         sql.push(" LIMIT ").bind(limit).push(" OFFSET ").bind(q.offset.min(i64::MAX as u64) as i64);
@@ -84,11 +118,7 @@ pub(crate) fn where_clause(sql: &mut Sql, q: &CallsQuery) {
         .bind(q.project.as_str().to_owned())
         .push(" AND deleted_at IS NULL AND started_at IS NOT NULL");
     filter(sql, &q.filter);
-    if let Some(e) = &q.expr {
-        sql.push(" AND (");
-        expr(sql, e);
-        sql.push(")");
-    }
+    and_expr(sql, q.expr.as_ref());
 }
 
 pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
@@ -238,21 +268,15 @@ pub(crate) fn field(sql: &mut Sql, f: &CallField) {
     }
 }
 
-/// A field a query expression can read: calls and feedback rows have their own.
-pub(crate) trait FieldSql {
-    fn value(&self, sql: &mut Sql);
-    /// Whether the field has JSON-path semantics (missing reads as `''`).
-    fn is_json(&self) -> bool;
-    /// "Present and not JSON null", for a field with `is_json`.
-    fn exists(&self, sql: &mut Sql);
-}
-
-impl FieldSql for CallField {
+impl FieldSql<Sql> for CallField {
     fn value(&self, sql: &mut Sql) {
         field(sql, self)
     }
     fn is_json(&self) -> bool {
         matches!(self, CallField::Json(..) | CallField::Feedback(_))
+    }
+    fn is_json_path(&self) -> bool {
+        matches!(self, CallField::Json(..))
     }
     fn exists(&self, sql: &mut Sql) {
         match self {
@@ -299,7 +323,7 @@ pub(crate) fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
     sql.push(") WHERE v != '' ORDER BY t DESC, i DESC LIMIT 1), '')");
 }
 
-impl FieldSql for FeedbackField {
+impl FieldSql<Sql> for FeedbackField {
     fn value(&self, sql: &mut Sql) {
         match self {
             FeedbackField::Column(c) => {
@@ -310,6 +334,9 @@ impl FieldSql for FeedbackField {
     }
     fn is_json(&self) -> bool {
         matches!(self, FeedbackField::Payload(_))
+    }
+    fn is_json_path(&self) -> bool {
+        self.is_json()
     }
     fn exists(&self, sql: &mut Sql) {
         if let FeedbackField::Payload(segs) = self {
@@ -348,11 +375,7 @@ pub fn feedback_for_refs() -> String {
 
 pub(crate) fn feedback_where(sql: &mut Sql, q: &FeedbackQuery) {
     sql.push(" FROM feedback WHERE project_id = ").bind(q.project.as_str().to_owned());
-    if let Some(e) = &q.expr {
-        sql.push(" AND (");
-        expr(sql, e);
-        sql.push(")");
-    }
+    and_expr(sql, q.expr.as_ref());
 }
 
 /// `/feedback/query`: the project's rows matching the query, sorted and paged.
@@ -360,29 +383,7 @@ pub fn select_feedback(q: &FeedbackQuery) -> Sql {
     let mut sql = Sql::default();
     sql.push("SELECT ").push(FEEDBACK_COLUMNS);
     feedback_where(&mut sql, q);
-    sql.push(" ORDER BY ");
-    for (i, (f, dir)) in q.sort.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        let d = match dir {
-            Direction::Asc => " ASC",
-            Direction::Desc => " DESC",
-        };
-        match f {
-            FeedbackField::Payload(segs) => {
-                json_exists_in(&mut sql, "payload", segs);
-                sql.push(" DESC, hd_to_double(");
-                json_string_in(&mut sql, "payload", segs);
-                sql.push(")").push(d).push(" NULLS LAST, ");
-                json_string_in(&mut sql, "payload", segs);
-                sql.push(d);
-            }
-            FeedbackField::Column(c) => {
-                sql.push(c.name()).push(d);
-            }
-        }
-    }
+    order_by(&mut sql, &q.sort);
     if q.limit.is_some() || q.offset > 0 {
         let limit = q.limit.map_or(-1, |l| l.min(i64::MAX as u64) as i64);
         sql.push(" LIMIT ").bind(limit).push(" OFFSET ").bind(q.offset.min(i64::MAX as u64) as i64);
@@ -396,158 +397,4 @@ pub fn count_feedback(q: &FeedbackQuery) -> Sql {
     sql.push("SELECT COUNT(*)");
     feedback_where(&mut sql, q);
     sql
-}
-
-pub(crate) fn literal(sql: &mut Sql, l: &Lit) {
-    match l {
-        Lit::Str(s) => sql.bind(s.clone()),
-        Lit::Int(i) | Lit::Micros(i) => sql.bind(*i),
-        Lit::Float(f) => sql.bind(*f),
-        Lit::Bool(b) => sql.bind(*b as i64),
-    };
-}
-
-pub(crate) fn operand<F: FieldSql>(sql: &mut Sql, o: &TOperand<F>) {
-    match o {
-        TOperand::Lit(l) => literal(sql, l),
-        TOperand::Field(f) => f.value(sql),
-        TOperand::Expr(e) => {
-            sql.push("(");
-            expr(sql, e);
-            sql.push(")");
-        }
-        TOperand::Convert(inner, from, to) => convert(sql, inner, *from, *to),
-    }
-}
-
-pub(crate) fn convert<F: FieldSql>(
-    sql: &mut Sql,
-    inner: &TOperand<F>,
-    from: ValueType,
-    to: ConvertTo,
-) {
-    use ValueType as T;
-    if to == ConvertTo::Exists {
-        if let TOperand::Field(f) = inner
-            && f.is_json()
-        {
-            return f.exists(sql);
-        }
-        sql.push("(");
-        operand(sql, inner);
-        sql.push(" IS NOT NULL)");
-        return;
-    }
-    let (pre, post) = match (to, from) {
-        (ConvertTo::Double, T::Timestamp) => ("(CAST(", " AS REAL) / 1e6)"),
-        (ConvertTo::Double, T::Int | T::Float | T::Bool) => ("CAST(", " AS REAL)"),
-        (ConvertTo::Double, _) => ("hd_to_double(", ")"),
-        (ConvertTo::Int, T::Timestamp) => ("(", " / 1000000)"),
-        (ConvertTo::Int, T::Int | T::Bool) => ("(", ")"),
-        (ConvertTo::Int, T::Float) => ("CAST(", " AS INTEGER)"),
-        (ConvertTo::Int, _) => ("hd_to_int(", ")"),
-        (ConvertTo::Bool, T::Bool) => ("(", ")"),
-        (ConvertTo::Bool, T::Int | T::Float) => ("(", " != 0)"),
-        (ConvertTo::Bool, T::Timestamp) => ("(", " IS NOT NULL)"),
-        (ConvertTo::Bool, _) => ("hd_to_bool(", ")"),
-        (ConvertTo::String, T::String) => ("(", ")"),
-        (ConvertTo::String, T::Bool) => ("(CASE WHEN ", " THEN 'true' ELSE 'false' END)"),
-        (ConvertTo::String, _) => ("CAST(", " AS TEXT)"),
-        (ConvertTo::Exists, _) => unreachable!("handled above"),
-    };
-    sql.push(pre);
-    operand(sql, inner);
-    sql.push(post);
-}
-
-pub(crate) fn expr<F: FieldSql>(sql: &mut Sql, e: &TExpr<F>) {
-    match e {
-        TExpr::And(xs) | TExpr::Or(xs) => {
-            let sep = if matches!(e, TExpr::And(_)) { " AND " } else { " OR " };
-            sql.push("(");
-            for (i, x) in xs.iter().enumerate() {
-                if i > 0 {
-                    sql.push(sep);
-                }
-                expr(sql, x);
-            }
-            sql.push(")");
-        }
-        TExpr::Not(x) => {
-            // Comparisons with NULL are false, so their negation must be true: COALESCE.
-            sql.push("(NOT COALESCE((");
-            expr(sql, x);
-            sql.push("), 0))");
-        }
-        TExpr::Cmp(op, a, b) => {
-            sql.push("(");
-            operand(sql, a);
-            sql.push(" ").push(op.sql()).push(" ");
-            operand(sql, b);
-            sql.push(")");
-        }
-        TExpr::IsNull(a) => {
-            if let TOperand::Field(f) = a
-                && f.is_json()
-            {
-                // Missing and JSON null read as '' (CONTRACT §2).
-                sql.push("(");
-                operand(sql, a);
-                sql.push(" = '')");
-            } else {
-                sql.push("(");
-                operand(sql, a);
-                sql.push(" IS NULL)");
-            }
-        }
-        TExpr::In(a, bs) => {
-            if bs.is_empty() {
-                sql.push("0");
-                return;
-            }
-            sql.push("(");
-            operand(sql, a);
-            sql.push(" IN (");
-            for (i, b) in bs.iter().enumerate() {
-                if i > 0 {
-                    sql.push(", ");
-                }
-                operand(sql, b);
-            }
-            sql.push("))");
-        }
-        TExpr::Contains { input, substr, case_insensitive } => {
-            // hd_fold folds full Unicode, as the in-memory evaluator (docs/query-language.md).
-            let (pre, post) = if *case_insensitive { ("hd_fold(", ")") } else { ("(", ")") };
-            sql.push("(instr(").push(pre);
-            operand(sql, input);
-            sql.push(post).push(", ").push(pre);
-            operand(sql, substr);
-            sql.push(post).push(") > 0)");
-        }
-    }
-}
-
-pub(crate) fn order_term(sql: &mut Sql, f: &CallField, dir: Direction) {
-    let d = match dir {
-        Direction::Asc => " ASC",
-        Direction::Desc => " DESC",
-    };
-    match f {
-        CallField::Json(root, segs) => {
-            // Present values first, then numerically, then as strings (CONTRACT §2).
-            json_exists(sql, *root, segs);
-            sql.push(" DESC, hd_to_double(");
-            json_string(sql, *root, segs);
-            // NULLS LAST: non-numeric values after numbers in both directions, as ClickHouse
-            // orders NULLs, so both backends page identically.
-            sql.push(")").push(d).push(" NULLS LAST, ");
-            json_string(sql, *root, segs);
-            sql.push(d);
-        }
-        other => {
-            field(sql, other);
-            sql.push(d);
-        }
-    }
 }
