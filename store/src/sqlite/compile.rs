@@ -336,7 +336,7 @@ impl FieldSql<Sql> for FeedbackField {
         matches!(self, FeedbackField::Payload(_))
     }
     fn is_json_path(&self) -> bool {
-        self.is_json()
+        matches!(self, FeedbackField::Payload(_))
     }
     fn exists(&self, sql: &mut Sql) {
         if let FeedbackField::Payload(segs) = self {
