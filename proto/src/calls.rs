@@ -483,6 +483,29 @@ pub enum CallColumn {
 }
 
 impl CallColumn {
+    /// The column's name in both backends' call tables.
+    pub fn name(self) -> &'static str {
+        use CallColumn::*;
+        match self {
+            Id => "id",
+            ProjectId => "project_id",
+            OpName => "op_name",
+            DisplayName => "display_name",
+            TraceId => "trace_id",
+            ParentId => "parent_id",
+            ThreadId => "thread_id",
+            TurnId => "turn_id",
+            Exception => "exception",
+            WbUserId => "wb_user_id",
+            WbRunId => "wb_run_id",
+            WbRunStep => "wb_run_step",
+            WbRunStepEnd => "wb_run_step_end",
+            StartedAt => "started_at",
+            EndedAt => "ended_at",
+            DeletedAt => "deleted_at",
+        }
+    }
+
     fn parse(name: &str) -> Option<CallColumn> {
         use CallColumn::*;
         Some(match name {

@@ -3,7 +3,7 @@
 
 use super::sql::*;
 use heddle_proto::calls::{
-    CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
+    CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
 };
 use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
 use heddle_ql::sql::{Cast, Dialect, FieldSql, and_expr, order_by};
@@ -219,28 +219,6 @@ pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
     }
 }
 
-pub(crate) fn column_name(c: CallColumn) -> &'static str {
-    use CallColumn::*;
-    match c {
-        Id => "id",
-        ProjectId => "project_id",
-        OpName => "op_name",
-        DisplayName => "display_name",
-        TraceId => "trace_id",
-        ParentId => "parent_id",
-        ThreadId => "thread_id",
-        TurnId => "turn_id",
-        Exception => "exception",
-        WbUserId => "wb_user_id",
-        WbRunId => "wb_run_id",
-        WbRunStep => "wb_run_step",
-        WbRunStepEnd => "wb_run_step_end",
-        StartedAt => "started_at",
-        EndedAt => "ended_at",
-        DeletedAt => "deleted_at",
-    }
-}
-
 /// The JSON text a path of `root` is read from: the string-semantics copy when the member has
 /// one (numbers whose text ClickHouse would not reproduce), else the member itself.
 pub(crate) fn json_source(root: JsonRoot) -> &'static str {
@@ -353,7 +331,7 @@ const LATENCY_SQL: &str =
 pub(crate) fn field(sql: &mut Sql, f: &CallField) {
     match f {
         CallField::Column(c) => {
-            sql.push(column_name(*c));
+            sql.push(c.name());
         }
         CallField::Json(root, segs) => json_string(sql, *root, segs),
         CallField::Status => {

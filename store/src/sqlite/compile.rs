@@ -3,7 +3,7 @@
 //! parameters; the only text spliced in is column names and operators chosen from enums here.
 
 use heddle_proto::calls::{
-    CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
+    CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
 };
 use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
 use heddle_ql::sql::{Cast, Dialect, FieldSql, and_expr, order_by};
@@ -169,28 +169,6 @@ pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
     }
 }
 
-pub(crate) fn column_name(c: CallColumn) -> &'static str {
-    use CallColumn::*;
-    match c {
-        Id => "id",
-        ProjectId => "project_id",
-        OpName => "op_name",
-        DisplayName => "display_name",
-        TraceId => "trace_id",
-        ParentId => "parent_id",
-        ThreadId => "thread_id",
-        TurnId => "turn_id",
-        Exception => "exception",
-        WbUserId => "wb_user_id",
-        WbRunId => "wb_run_id",
-        WbRunStep => "wb_run_step",
-        WbRunStepEnd => "wb_run_step_end",
-        StartedAt => "started_at",
-        EndedAt => "ended_at",
-        DeletedAt => "deleted_at",
-    }
-}
-
 pub(crate) fn json_column(root: JsonRoot) -> &'static str {
     match root {
         JsonRoot::Inputs => "inputs",
@@ -252,7 +230,7 @@ const STATUS_SQL: &str = "(CASE WHEN exception IS NOT NULL THEN 'error' \
 pub(crate) fn field(sql: &mut Sql, f: &CallField) {
     match f {
         CallField::Column(c) => {
-            sql.push(column_name(*c));
+            sql.push(c.name());
         }
         CallField::Json(root, segs) => json_string(sql, *root, segs),
         CallField::Status => {
