@@ -561,6 +561,15 @@ pub enum CallField {
     Feedback(FeedbackSel),
 }
 
+impl heddle_ql::sql::FieldKind for CallField {
+    fn is_json(&self) -> bool {
+        matches!(self, CallField::Json(..) | CallField::Feedback(_))
+    }
+    fn is_json_path(&self) -> bool {
+        matches!(self, CallField::Json(..))
+    }
+}
+
 /// A value from the feedback on a call (rows whose `weave_ref` is the call's ref): of the rows
 /// of `feedback_type` (`None` = `*`, any type), the newest one where the value is non-empty;
 /// `''` when there is none, like a missing JSON path. Unlike other JSON paths, a payload path

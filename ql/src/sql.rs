@@ -37,15 +37,19 @@ pub trait Dialect {
     fn nulls(dir: Direction) -> &'static str;
 }
 
-/// A field a query expression can read: each resource and back end renders its own.
-pub trait FieldSql<D: ?Sized> {
-    fn value(&self, sql: &mut D);
-    /// Whether the field has JSON-path semantics (missing reads as `''`).
+/// What a field is, the same in every dialect.
+pub trait FieldKind {
+    /// Whether the field has JSON-path semantics (missing and JSON null read as `''`).
     fn is_json(&self) -> bool;
-    /// Whether the field is a JSON path, which sorts present values first, then numerically,
-    /// then as strings (docs/query-language.md).
+    /// Whether the field is a JSON path proper, whose existence is its own test and which
+    /// sorts present values first, then numerically, then as strings (docs/query-language.md).
     fn is_json_path(&self) -> bool;
-    /// "Present and not JSON null", for a field with `is_json`.
+}
+
+/// A field a query expression can read: each resource and back end renders its own.
+pub trait FieldSql<D: ?Sized>: FieldKind {
+    fn value(&self, sql: &mut D);
+    /// "Present and not JSON null", for a field with `is_json_path`.
     fn exists(&self, sql: &mut D);
 }
 
@@ -97,10 +101,17 @@ pub fn convert<D: Dialect, F: FieldSql<D>>(
 ) {
     use ValueType as T;
     if to == ConvertTo::Exists {
-        if let TOperand::Field(f) = inner
-            && f.is_json()
-        {
-            return f.exists(sql);
+        if let TOperand::Field(f) = inner {
+            if f.is_json_path() {
+                return f.exists(sql);
+            }
+            if f.is_json() {
+                // Missing and JSON null read as ''.
+                sql.push("(");
+                f.value(sql);
+                sql.push(" != '')");
+                return;
+            }
         }
         sql.push("(");
         operand(sql, inner);

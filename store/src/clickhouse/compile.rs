@@ -351,20 +351,9 @@ impl FieldSql<Sql> for CallField {
     fn value(&self, sql: &mut Sql) {
         field(sql, self)
     }
-    fn is_json(&self) -> bool {
-        matches!(self, CallField::Json(..) | CallField::Feedback(_))
-    }
-    fn is_json_path(&self) -> bool {
-        matches!(self, CallField::Json(..))
-    }
     fn exists(&self, sql: &mut Sql) {
-        match self {
-            CallField::Json(root, segs) => json_exists(sql, *root, segs),
-            other => {
-                sql.push("(");
-                field(sql, other);
-                sql.push(" != '')");
-            }
+        if let CallField::Json(root, segs) = self {
+            json_exists(sql, *root, segs)
         }
     }
 }
@@ -462,12 +451,6 @@ impl FieldSql<Sql> for FeedbackField {
             }
             FeedbackField::Payload(segs) => json_string(sql, PAYLOAD_SRC, segs),
         }
-    }
-    fn is_json(&self) -> bool {
-        matches!(self, FeedbackField::Payload(_))
-    }
-    fn is_json_path(&self) -> bool {
-        matches!(self, FeedbackField::Payload(_))
     }
     fn exists(&self, sql: &mut Sql) {
         if let FeedbackField::Payload(segs) = self {

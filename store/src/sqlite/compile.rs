@@ -250,20 +250,9 @@ impl FieldSql<Sql> for CallField {
     fn value(&self, sql: &mut Sql) {
         field(sql, self)
     }
-    fn is_json(&self) -> bool {
-        matches!(self, CallField::Json(..) | CallField::Feedback(_))
-    }
-    fn is_json_path(&self) -> bool {
-        matches!(self, CallField::Json(..))
-    }
     fn exists(&self, sql: &mut Sql) {
-        match self {
-            CallField::Json(root, segs) => json_exists(sql, *root, segs),
-            other => {
-                sql.push("(");
-                field(sql, other);
-                sql.push(" != '')");
-            }
+        if let CallField::Json(root, segs) = self {
+            json_exists(sql, *root, segs)
         }
     }
 }
@@ -309,12 +298,6 @@ impl FieldSql<Sql> for FeedbackField {
             }
             FeedbackField::Payload(segs) => json_string_in(sql, "payload", segs),
         }
-    }
-    fn is_json(&self) -> bool {
-        matches!(self, FeedbackField::Payload(_))
-    }
-    fn is_json_path(&self) -> bool {
-        matches!(self, FeedbackField::Payload(_))
     }
     fn exists(&self, sql: &mut Sql) {
         if let FeedbackField::Payload(segs) = self {
