@@ -178,33 +178,14 @@ pub(crate) fn prefilter(sql: &mut Sql, q: &CallsQuery) {
 }
 
 pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
-    // Empty lists mean "no constraint", except thread and turn ids where the real server
-    // matches nothing (CONTRACT §5.10).
-    let memberships: [(&str, &Option<Vec<String>>, bool); 7] = [
-        ("parent_id", &f.parent_ids, false),
-        ("trace_id", &f.trace_ids, false),
-        ("id", &f.call_ids, false),
-        ("wb_user_id", &f.wb_user_ids, false),
-        ("wb_run_id", &f.wb_run_ids, false),
-        ("thread_id", &f.thread_ids, true),
-        ("turn_id", &f.turn_ids, true),
-    ];
-    for (col, list, empty_matches_nothing) in memberships {
-        match list {
-            Some(l) if !l.is_empty() || empty_matches_nothing => {
-                sql.push(" AND ifNull(").push(col).push(" IN ");
-                sql.bind(Param::StrList(l.clone())).push(", 0)");
-            }
-            _ => {}
-        }
+    for (col, list) in f.memberships() {
+        sql.push(" AND ifNull(").push(col).push(" IN ");
+        sql.bind(Param::StrList(list.to_vec())).push(", 0)");
     }
-    if let Some(ops) = f.op_names.as_ref().filter(|o| !o.is_empty()) {
-        let (wild, exact): (Vec<&String>, Vec<&String>) =
-            ops.iter().partition(|o| o.ends_with(":*"));
-        let exact: Vec<String> = exact.into_iter().cloned().collect();
+    if let Some((exact, prefixes)) = f.op_name_patterns() {
         sql.push(" AND (op_name IN ").bind(Param::StrList(exact));
-        for w in wild {
-            sql.push(" OR startsWith(op_name, ").bind_str(&w[..w.len() - 1]).push(")");
+        for prefix in prefixes {
+            sql.push(" OR startsWith(op_name, ").bind_str(prefix).push(")");
         }
         sql.push(")");
     }

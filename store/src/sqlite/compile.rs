@@ -122,32 +122,12 @@ pub(crate) fn where_clause(sql: &mut Sql, q: &CallsQuery) {
 }
 
 pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
-    // Empty lists mean "no constraint", except thread and turn ids where the real server
-    // matches nothing (CONTRACT §5.10).
-    let memberships: [(&str, &Option<Vec<String>>, bool); 7] = [
-        ("parent_id", &f.parent_ids, false),
-        ("trace_id", &f.trace_ids, false),
-        ("id", &f.call_ids, false),
-        ("wb_user_id", &f.wb_user_ids, false),
-        ("wb_run_id", &f.wb_run_ids, false),
-        ("thread_id", &f.thread_ids, true),
-        ("turn_id", &f.turn_ids, true),
-    ];
-    for (col, list, empty_matches_nothing) in memberships {
-        match list {
-            Some(l) if !l.is_empty() || empty_matches_nothing => {
-                sql.push(" AND ").push(col).push(" IN ").bind_list(l);
-            }
-            _ => {}
-        }
+    for (col, list) in f.memberships() {
+        sql.push(" AND ").push(col).push(" IN ").bind_list(list);
     }
-    if let Some(ops) = f.op_names.as_ref().filter(|o| !o.is_empty()) {
-        let (wild, exact): (Vec<&String>, Vec<&String>) =
-            ops.iter().partition(|o| o.ends_with(":*"));
-        let exact: Vec<String> = exact.into_iter().cloned().collect();
+    if let Some((exact, prefixes)) = f.op_name_patterns() {
         sql.push(" AND (op_name IN ").bind_list(&exact);
-        for w in wild {
-            let prefix = &w[..w.len() - 1];
+        for prefix in prefixes {
             sql.push(" OR substr(op_name, 1, ")
                 .bind(prefix.chars().count() as i64)
                 .push(") = ")
