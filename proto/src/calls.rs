@@ -134,6 +134,36 @@ pub struct CallsFilter {
 }
 
 impl CallsFilter {
+    /// The column memberships the filter asks for, as `(column, values)`. An empty list means
+    /// no constraint, except for thread and turn ids, where the reference server matches
+    /// nothing.
+    pub fn memberships(&self) -> impl Iterator<Item = (&'static str, &[String])> {
+        [
+            ("parent_id", &self.parent_ids, false),
+            ("trace_id", &self.trace_ids, false),
+            ("id", &self.call_ids, false),
+            ("wb_user_id", &self.wb_user_ids, false),
+            ("wb_run_id", &self.wb_run_ids, false),
+            ("thread_id", &self.thread_ids, true),
+            ("turn_id", &self.turn_ids, true),
+        ]
+        .into_iter()
+        .filter_map(|(col, list, empty_matches_nothing)| match list {
+            Some(l) if !l.is_empty() || empty_matches_nothing => Some((col, l.as_slice())),
+            _ => None,
+        })
+    }
+
+    /// `op_names` as exact names and the prefixes of `:*` wildcards (up to the `:`), or `None`
+    /// when it is absent or empty (no constraint).
+    pub fn op_name_patterns(&self) -> Option<(Vec<String>, Vec<&str>)> {
+        let ops = self.op_names.as_ref().filter(|o| !o.is_empty())?;
+        let (wild, exact): (Vec<&String>, Vec<&String>) =
+            ops.iter().partition(|o| o.ends_with(":*"));
+        let prefixes = wild.into_iter().map(|w| &w[..w.len() - 1]).collect();
+        Some((exact.into_iter().cloned().collect(), prefixes))
+    }
+
     /// At most [`limits::MAX_FILTER_IDS`] values in all lists together: each is a bound
     /// parameter of the query.
     pub fn check(&self) -> Result<(), ProtoError> {
@@ -487,6 +517,29 @@ pub enum CallColumn {
 }
 
 impl CallColumn {
+    /// The column's name in both backends' call tables.
+    pub fn name(self) -> &'static str {
+        use CallColumn::*;
+        match self {
+            Id => "id",
+            ProjectId => "project_id",
+            OpName => "op_name",
+            DisplayName => "display_name",
+            TraceId => "trace_id",
+            ParentId => "parent_id",
+            ThreadId => "thread_id",
+            TurnId => "turn_id",
+            Exception => "exception",
+            WbUserId => "wb_user_id",
+            WbRunId => "wb_run_id",
+            WbRunStep => "wb_run_step",
+            WbRunStepEnd => "wb_run_step_end",
+            StartedAt => "started_at",
+            EndedAt => "ended_at",
+            DeletedAt => "deleted_at",
+        }
+    }
+
     fn parse(name: &str) -> Option<CallColumn> {
         use CallColumn::*;
         Some(match name {
@@ -541,6 +594,15 @@ pub enum CallField {
     TraceName,
     /// `feedback.[<type>].…`: the call's feedback (docs/api/query.md#calls-fields).
     Feedback(FeedbackSel),
+}
+
+impl heddle_ql::sql::FieldKind for CallField {
+    fn is_json(&self) -> bool {
+        matches!(self, CallField::Json(..) | CallField::Feedback(_))
+    }
+    fn is_json_path(&self) -> bool {
+        matches!(self, CallField::Json(..))
+    }
 }
 
 /// A value from the feedback on a call (rows whose `weave_ref` is the call's ref): of the rows

@@ -451,6 +451,15 @@ pub enum FeedbackField {
     Payload(Vec<String>),
 }
 
+impl heddle_ql::sql::FieldKind for FeedbackField {
+    fn is_json(&self) -> bool {
+        matches!(self, FeedbackField::Payload(_))
+    }
+    fn is_json_path(&self) -> bool {
+        self.is_json()
+    }
+}
+
 /// Path segments must be non-empty and free of characters the dialects quote with.
 pub fn check_segments(name: &str, segs: &[String]) -> Result<(), ProtoError> {
     if segs.is_empty() || segs.iter().any(|s| s.is_empty() || s.contains(['"', '\\'])) {

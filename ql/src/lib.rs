@@ -7,6 +7,7 @@ pub mod ast;
 pub mod error;
 pub mod eval;
 pub mod limits;
+pub mod sql;
 pub mod time;
 pub mod typed;
 
