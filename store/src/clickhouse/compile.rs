@@ -269,8 +269,9 @@ pub(crate) fn index_guards(sql: &mut Sql, root: impl JsonSrc, segs: &[String]) {
 }
 
 /// A JSON path with string semantics: scalars as their JSON text (strings unquoted), and
-/// `''` for missing, null, objects and arrays (CONTRACT §2). Numbers are either integers that
-/// ClickHouse writes back exactly, or strings in the `_q` copy holding their exact text.
+/// `''` for missing, null, objects and arrays (docs/api/query.md#typing). Numbers are either
+/// integers that ClickHouse writes back exactly, or strings in the `_q` copy holding their exact
+/// text.
 pub(crate) fn json_string(sql: &mut Sql, root: impl JsonSrc, segs: &[String]) {
     sql.push("multiIf(NOT (");
     index_guards(sql, root, segs);

@@ -176,7 +176,7 @@ pub(crate) fn json_path(segs: &[String]) -> String {
 }
 
 /// A JSON path with string semantics: scalars as their JSON text (strings unquoted), and
-/// `''` for missing, null, objects and arrays (CONTRACT §2).
+/// `''` for missing, null, objects and arrays (docs/api/query.md#typing).
 pub(crate) fn json_string(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
     json_string_in(sql, json_column(root), segs)
 }
@@ -237,8 +237,8 @@ impl FieldSql<Sql> for CallField {
     }
 }
 
-/// `feedback.[<type>]...` of the call (CONTRACT §2): of the call's feedback rows of the type,
-/// the newest non-empty value, else `''`. A correlated subquery on `feedback_by_ref`.
+/// `feedback.[<type>]...` of the call (docs/api/query.md#calls-fields): of the call's feedback rows
+/// of the type, the newest non-empty value, else `''`. A correlated subquery on `feedback_by_ref`.
 pub(crate) fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
     sql.push("COALESCE((SELECT v FROM (SELECT ");
     match &sel.target {
