@@ -187,6 +187,7 @@ impl PriceBook {
         }
     }
 }
+
 #[cfg(test)]
 mod tests {
     use super::*;

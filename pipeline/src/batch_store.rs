@@ -352,9 +352,8 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    use heddle_proto::calls::{CallsQueryReq, StartPart};
+    use heddle_proto::calls::CallsQueryReq;
     use heddle_proto::record::{CallPartRecord, decode_record, encode_records, offload};
-    use heddle_proto::time::Micros;
     use heddle_store::sqlite::{SqliteOptions, SqliteStore};
 
     use super::*;
@@ -447,26 +446,7 @@ mod tests {
     }
 
     fn part(id: &str, inputs: &str) -> CallPart {
-        CallPart {
-            project: ProjectId::parse("e/p").unwrap(),
-            id: id.into(),
-            trace_id: Some(format!("t-{id}")),
-            start: Some(StartPart {
-                op_name: "op".into(),
-                display_name: None,
-                parent_id: None,
-                thread_id: None,
-                turn_id: None,
-                started_at: Micros(1),
-                attributes: "{}".into(),
-                inputs: inputs.into(),
-                otel_dump: None,
-                wb_user_id: None,
-                wb_run_id: None,
-                wb_run_step: None,
-            }),
-            end: None,
-        }
+        crate::test_parts::started(id, &format!("t-{id}"), inputs)
     }
 
     /// One item per call `c0..cN`, offsets 0..N on partition 0.

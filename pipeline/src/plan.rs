@@ -125,34 +125,14 @@ pub(crate) fn plan_ops(writes: OpWrites, partitions: u32, max_record_bytes: usiz
 #[cfg(test)]
 mod tests {
     use heddle_proto::ProjectId;
-    use heddle_proto::calls::StartPart;
     use heddle_proto::otlp::op::placeholder_writes;
     use heddle_proto::record::{RecordPart, decode_record, resolve};
-    use heddle_proto::time::Micros;
 
     use super::*;
 
     fn part(id: &str, trace: &str, input_bytes: usize) -> CallPart {
-        CallPart {
-            project: ProjectId::parse("e/p").unwrap(),
-            id: id.into(),
-            trace_id: Some(trace.into()),
-            start: Some(StartPart {
-                op_name: "op".into(),
-                display_name: None,
-                parent_id: None,
-                thread_id: None,
-                turn_id: None,
-                started_at: Micros(1),
-                attributes: "{}".into(),
-                inputs: format!("{{\"x\":\"{}\"}}", "a".repeat(input_bytes)),
-                otel_dump: None,
-                wb_user_id: None,
-                wb_run_id: None,
-                wb_run_step: None,
-            }),
-            end: None,
-        }
+        let inputs = format!("{{\"x\":\"{}\"}}", "a".repeat(input_bytes));
+        crate::test_parts::started(id, trace, &inputs)
     }
 
     #[test]
