@@ -27,6 +27,10 @@ pub type SpanError = String;
 /// The span's attributes, flat, with lookups by key or by key prefix.
 struct Attributes {
     flat: Vec<(String, Value)>,
+    /// Indices into `flat` ordered by key (stable: the first of equal keys first). A span is
+    /// looked up by ~60 convention keys, most of them absent: a binary search each instead of a
+    /// scan of every attribute.
+    by_key: Vec<usize>,
     /// Keys whose meaning was extracted: left out of the call's `attributes`.
     used: Vec<String>,
 }
@@ -43,23 +47,39 @@ fn truthy(v: &Value) -> bool {
 }
 
 impl Attributes {
+    fn new(flat: Vec<(String, Value)>) -> Attributes {
+        let mut by_key: Vec<usize> = (0..flat.len()).collect();
+        by_key.sort_by(|a, b| flat[*a].0.cmp(&flat[*b].0));
+        Attributes { flat, by_key, used: Vec::new() }
+    }
+
+    /// Where keys not less than `key` start in `by_key`.
+    fn first_at_least(&self, key: &str) -> usize {
+        self.by_key.partition_point(|i| self.flat[*i].0.as_str() < key)
+    }
+
     /// The value of `key`: the attribute itself, or the attributes under `key.` nested into one
     /// object (indexed maps read as lists). Untruthy values count as absent.
     fn get(&self, key: &str) -> Option<Value> {
-        if let Some((_, v)) = self.flat.iter().find(|(k, _)| k == key)
+        if let Some((k, v)) = self.by_key.get(self.first_at_least(key)).map(|i| &self.flat[*i])
+            && k == key
             && truthy(v)
         {
             return Some(v.clone());
         }
         let prefix = format!("{key}.");
-        let under: Vec<(&str, &Value)> = self
-            .flat
+        let start = self.first_at_least(&prefix);
+        // Keys under `key.` sort together; nested in their original order.
+        let mut under: Vec<usize> = self.by_key[start..]
             .iter()
-            .filter_map(|(k, v)| k.strip_prefix(prefix.as_str()).map(|rest| (rest, v)))
+            .take_while(|i| self.flat[**i].0.starts_with(prefix.as_str()))
+            .copied()
             .collect();
         if under.is_empty() {
             return None;
         }
+        under.sort_unstable();
+        let under = under.iter().map(|i| (&self.flat[*i].0[prefix.len()..], &self.flat[*i].1));
         Some(index_maps_to_lists(Value::Object(nest(under)))).filter(truthy)
     }
 
@@ -183,8 +203,9 @@ fn usage(attrs: &mut Attributes) -> Option<Map<String, Value>> {
     Some(usage)
 }
 
-fn events_as_attributes(span: &Span, attrs: &mut Attributes) {
-    // `events.<name>` lookups read the attributes of the span's events with that name.
+/// `events.<name>` entries for the input and output keys that name events: the attributes of
+/// the span's events with that name, as a list.
+fn event_attributes(span: &Span) -> Vec<(String, Value)> {
     let mut by_name: Vec<(String, Vec<Value>)> = Vec::new();
     for event in &span.events {
         let value =
@@ -195,11 +216,13 @@ fn events_as_attributes(span: &Span, attrs: &mut Attributes) {
             None => by_name.push((key, vec![value])),
         }
     }
-    for (key, list) in by_name {
-        if conv::INPUT_KEYS.contains(&key.as_str()) || conv::OUTPUT_KEYS.contains(&key.as_str()) {
-            attrs.flat.push((key, Value::Array(list)));
-        }
-    }
+    by_name
+        .into_iter()
+        .filter(|(key, _)| {
+            conv::INPUT_KEYS.contains(&key.as_str()) || conv::OUTPUT_KEYS.contains(&key.as_str())
+        })
+        .map(|(key, list)| (key, Value::Array(list)))
+        .collect()
 }
 
 /// The exception text of a failed span: its `exception` event (`type: message`, then the
@@ -365,9 +388,10 @@ pub fn to_call(
     let ended_at = micros(span.end_time_unix_nano.max(span.start_time_unix_nano));
     let status = span.status.clone().unwrap_or_default();
 
-    let mut attrs = Attributes { flat: flat(&span.attributes), used: Vec::new() };
-    let span_attribute_count = attrs.flat.len();
-    events_as_attributes(span, &mut attrs);
+    let mut flat = flat(&span.attributes);
+    let span_attribute_count = flat.len();
+    flat.extend(event_attributes(span));
+    let mut attrs = Attributes::new(flat);
     let inputs_found = attrs.take_first(conv::INPUT_KEYS);
     let output_found = attrs.take_first(conv::OUTPUT_KEYS);
     // The content that became inputs and output is stored there only: the dump names where it

@@ -13,8 +13,12 @@ use std::time::Duration;
 use rusqlite::Connection;
 
 /// WAL pages after which the writer checkpoints itself (SQLite's default is 1000): only when
-/// the checkpointer cannot keep up. 16 384 pages of 4 KiB is 64 MiB of WAL.
-pub(crate) const WRITER_AUTOCHECKPOINT_PAGES: u32 = 16_384;
+/// the checkpointer cannot keep up. 4096 pages of 4 KiB is 16 MiB of WAL.
+pub(crate) const WRITER_AUTOCHECKPOINT_PAGES: u32 = 4096;
+
+/// Bytes the WAL file is cut back to when it restarts after a complete checkpoint, so a burst
+/// does not leave a large WAL on disk.
+pub(crate) const WAL_SIZE_LIMIT: i64 = 16 << 20;
 
 /// How often the checkpointer looks at the WAL.
 const INTERVAL: Duration = Duration::from_millis(100);

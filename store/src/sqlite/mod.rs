@@ -87,6 +87,8 @@ impl SqliteStore {
         migrations::migrate(&mut conn).map_err(backend)?;
         conn.pragma_update(None, "wal_autocheckpoint", checkpointer::WRITER_AUTOCHECKPOINT_PAGES)
             .map_err(backend)?;
+        conn.pragma_update(None, "journal_size_limit", checkpointer::WAL_SIZE_LIMIT)
+            .map_err(backend)?;
         let checkpointer = checkpointer::Checkpointer::start(path.clone()).map_err(backend)?;
         let manager = SqliteConnectionManager::file(&path).with_init(|c| configure(c));
         let readers = r2d2::Pool::builder()
