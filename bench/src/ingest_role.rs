@@ -1,7 +1,7 @@
-//! `--ingest-role`: the ingest role alone (decode → map → encode → produce to Kafka). The bench
-//! starts a tansu broker and `heddle ingest --kafka` with no consumer (see `stack.rs`), sends the
-//! `--otlp` workload over OTLP/HTTP protobuf from `--concurrency` senders, and reports the
-//! acknowledged spans/s (an answer means every Kafka record of the request was acknowledged,
+//! `--ingest-role`: the ingest role alone (decode → map → encode → produce to Kafka). The
+//! bench starts a tansu broker and `heddle ingest --kafka` with no consumer (see `stack.rs`),
+//! sends the `--otlp` workload over OTLP/HTTP protobuf from `--concurrency` senders, and reports
+//! the acknowledged spans/s (an answer means every Kafka record of the request was acknowledged,
 //! acks=all) and the spans per CPU-second of the ingest process, from `/proc`. The Kafka records
 //! produced come from the role's `/metrics`. Nothing is read back: without a consumer nothing
 //! becomes visible; `--otlp --distributed` measures the whole path.
@@ -54,7 +54,12 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
         .timeout(Duration::from_secs(600))
         .build()?;
     let api = Api { client: client.clone(), base: stack.url.clone(), key: key.clone() };
-    let version = api.version().await.unwrap_or_else(|e| format!("unknown ({e:#})"));
+    // The ingest role serves no /version.
+    let version = std::process::Command::new(bin)
+        .arg("--version")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_else(|e| format!("version unknown ({e})"));
     let before = scrape(&api).await;
     let (heddle_pid, tansu_pid) = (stack.heddle_pid(), stack.tansu_pid());
     let tansu0 = process_cpu(tansu_pid);
@@ -83,7 +88,7 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
     let opt = |v: Option<f64>, d: usize| v.map_or("–".into(), |v| format!("{v:.d$}"));
     println!("{}", machine.line());
     println!(
-        "Target: `{} ingest --kafka {}` (heddle {version}), {}, no consumer; started by the bench. \
+        "Target: `{} ingest --kafka {}` ({version}), {}, no consumer; started by the bench. \
          Project `{project}`. Command: `{}`",
         bin.display(),
         stack.brokers,
