@@ -23,6 +23,13 @@
 //! LLM-agent spans over OTLP/HTTP protobuf (plain and gzip) and OTLP/gRPC against the same calls
 //! through calls/complete (see `otlp.rs`).
 //!
+//! Other modes: `--queries` times the UI's and the SDK's reads over a large project
+//! (`queries.rs`), `--overload` the server's memory and answers at twice its sustainable OTLP rate
+//! (`overload.rs`), `--ingest-role` the ingest role alone producing to Kafka (`ingest_role.rs`),
+//! `--hostile` memory under attack (`hostile.rs`). With `--baseline-bin` the embedded modes and
+//! `--ingest-role` also run a second binary in the same invocation, interleaved for `--runs`
+//! rounds, and end with the median of each figure per binary and their ratio (`rounds.rs`).
+//!
 //! Prints a markdown table on stdout (progress goes to stderr). Any non-2xx answer, transport
 //! error or count mismatch is reported verbatim and makes the command exit non-zero; nothing is
 //! retried.

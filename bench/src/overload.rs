@@ -490,3 +490,35 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
     m.add("requests skipped (senders busy)", Some(tally.skipped as f64), 0);
     Ok(m)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn each_sequence_number_makes_new_ids_and_keeps_parents() {
+        let reqs = export_requests("e/p", 20, 10, 4);
+        let t = Template::new(reqs.into_iter().next().unwrap());
+        assert_eq!(t.spans, 10);
+        let decode = |seq| {
+            let req = ExportTraceServiceRequest::decode(t.body(seq).as_slice()).unwrap();
+            req.resource_spans[0].scope_spans[0].spans.clone()
+        };
+        let (a, b) = (decode(7), decode(8));
+        for sp in &a {
+            assert_eq!(&sp.span_id[4..], &7u32.to_be_bytes());
+            assert_eq!(&sp.trace_id[12..], &7u32.to_be_bytes());
+        }
+        // Children point at their root, under the same rewrite.
+        let root = a.iter().find(|s| s.parent_span_id.is_empty()).unwrap();
+        let children = a.iter().filter(|s| s.parent_span_id == root.span_id).count();
+        assert_eq!(children, 4);
+        let ids = |v: &[opentelemetry_proto::tonic::trace::v1::Span]| {
+            v.iter().map(|s| s.span_id.clone()).collect::<std::collections::HashSet<_>>()
+        };
+        assert_eq!(ids(&a).len(), 10);
+        assert!(ids(&a).is_disjoint(&ids(&b)));
+        // Everything but the ids is as generated.
+        assert_eq!(a[0].attributes, b[0].attributes);
+    }
+}

@@ -169,11 +169,15 @@ fn print_summary(bins: &[(&str, &Path)], results: &[Vec<Measured>], runs: usize)
             println!("| {name} | {} | {} |", fmt(medians[0], d), list(values[0].get(name), d));
         }
     }
-    println!(
-        "\nRuns were interleaved ({}), each on a fresh server and data dir. The ratio is new ÷ \
-         baseline of the medians: above 1 is better for rates, worse for times, sizes and memory.",
-        if baseline { "baseline, new, baseline, new, …" } else { "one binary" }
-    );
+    if baseline {
+        println!(
+            "\nRuns were interleaved (baseline, new, baseline, new, …), each on a fresh server and \
+             data dir. The ratio is new ÷ baseline of the medians: above 1 is better for rates, \
+             worse for times, sizes, memory and error answers."
+        );
+    } else {
+        println!("\nEach run on a fresh server and data dir, one after the other.");
+    }
 }
 
 #[cfg(test)]

@@ -501,3 +501,49 @@ impl Gen {
 fn rfc3339_micros(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shaped_batches_fail_and_plant_as_the_facts_say() {
+        let shape = Shape { fail_every: 50, needle: Some(("zqx".into(), 200 / 5)) };
+        let mut batches = Batches::new("e/p", 10_003, 500, 4, 1, shape);
+        let child_op = batches.op_ref(1);
+        let calls: Vec<Value> = batches.by_ref().flatten().collect();
+        let facts = batches.facts();
+        assert_eq!((calls.len(), facts.calls, facts.traces), (10_003, 10_003, 2_001));
+        let failed = calls.iter().filter(|c| !c["exception"].is_null()).count();
+        assert_eq!((failed, facts.failed), (200, 200));
+        assert!(calls.iter().filter(|c| !c["exception"].is_null()).all(|c| c["output"].is_null()));
+        let planted = calls
+            .iter()
+            .filter(|c| c["inputs"]["question"].as_str().is_some_and(|q| q.contains("zqx")))
+            .count();
+        assert_eq!((planted, facts.planted), (50, 50));
+        let roots = calls.iter().filter(|c| c["parent_id"].is_null()).count();
+        assert_eq!(roots, facts.traces);
+        let retrieve = calls.iter().filter(|c| c["op_name"] == child_op.as_str()).count();
+        assert_eq!(facts.ops[&child_op], retrieve);
+        let (trace, size) = facts.sample_trace.clone().unwrap();
+        assert_eq!(calls.iter().filter(|c| c["trace_id"] == trace.as_str()).count(), size);
+        assert_eq!(facts.starts_us.len(), calls.len());
+        // A root whose children failed says so in its status counts.
+        let failed_child =
+            calls.iter().find(|c| !c["exception"].is_null() && c["parent_id"].is_string());
+        let parent = failed_child.unwrap()["parent_id"].clone();
+        let root = calls.iter().find(|c| c["id"] == parent).unwrap();
+        assert!(root["summary"]["status_counts"]["error"].as_u64().unwrap() >= 1);
+    }
+
+    #[test]
+    fn unshaped_batches_are_cut_at_the_batch_size() {
+        let w = generate("e/p", 1_234, 100, 4, 1);
+        assert_eq!(w.jobs.len(), 13);
+        assert_eq!(w.jobs.iter().map(|j| j.calls).sum::<usize>(), 1_234);
+        assert!(w.jobs[..12].iter().all(|j| j.calls == 100));
+        assert_eq!(w.ids.len(), 1_234);
+        assert!(w.sample["exception"].is_null());
+    }
+}
