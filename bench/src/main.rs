@@ -261,6 +261,9 @@ async fn main() -> anyhow::Result<()> {
     if modes > 1 {
         bail!("--hostile, --queries, --overload and --otlp are separate modes: pick one");
     }
+    if args.ingest_role && (args.hostile || args.queries || args.otlp) {
+        bail!("--ingest-role runs alone or with --overload");
+    }
     if args.distributed && (args.hostile || args.queries || args.overload || args.ingest_role) {
         bail!("--distributed goes with the calls phases or --otlp only");
     }
