@@ -36,9 +36,10 @@ impl BodyLimits {
     }
 }
 
-/// The default memory budget: with the default 32 MiB body limit, the largest bodies decode a
-/// few at a time, and ordinary ones by the hundred.
-pub const DEFAULT_MEMORY_BUDGET_BYTES: usize = 512 << 20;
+/// The default memory budget: keeps a server under twice its sustainable load within ~300 MB
+/// (docs/benchmarks.md, "Memory under overload"), while ordinary bodies still decode by the
+/// dozen. A body costing more than the whole budget is admitted alone.
+pub const DEFAULT_MEMORY_BUDGET_BYTES: usize = 128 << 20;
 
 impl AppState {
     /// `sink: None` writes straight into `store`.
