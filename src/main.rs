@@ -46,6 +46,8 @@ enum Command {
         kafka: KafkaArgs,
         #[command(flatten)]
         consumer: ConsumerArgs,
+        #[command(flatten)]
+        ui: UiArgs,
     },
     /// Run the ingest role alone: the call write endpoints, producing to Kafka.
     Ingest {
@@ -75,6 +77,8 @@ enum Command {
         http: HttpArgs,
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        ui: UiArgs,
     },
     /// Create or upgrade the schema of the configured store, then exit.
     Migrate {
@@ -191,6 +195,39 @@ impl ConsumerArgs {
             max_attempts: self.consumer_max_attempts,
             ..Default::default()
         }
+    }
+}
+
+/// The web UI, served by the roles that serve the query API (docs/ui.md).
+#[derive(Args, Clone)]
+struct UiArgs {
+    /// The secret that signs the UI's session cookies (at least 32 characters); every query
+    /// replica behind one address must have the same. Default: generated once and kept in
+    /// `<data-dir>/ui-secret` on SQLite; a new one per process on ClickHouse.
+    #[arg(long, env = "HEDDLE_UI_SECRET", hide_env_values = true)]
+    ui_secret: Option<String>,
+    /// Mark session cookies `Secure` even for plain-HTTP requests (set it when a TLS proxy in
+    /// front does not send `X-Forwarded-Proto: https`).
+    #[arg(long, env = "HEDDLE_UI_SECURE_COOKIES")]
+    ui_secure_cookies: bool,
+}
+
+impl UiArgs {
+    fn config(&self, store: &StoreArgs) -> anyhow::Result<heddle_ui::UiConfig> {
+        let secret = match self.ui_secret.as_deref().filter(|s| !s.is_empty()) {
+            Some(text) => heddle_ui::Secret::from_text(text).context("--ui-secret")?,
+            None if store.clickhouse.is_none() => {
+                heddle_ui::Secret::load_or_create(&store.data_dir.join("ui-secret"))?
+            }
+            None => {
+                tracing::warn!(
+                    "no --ui-secret (HEDDLE_UI_SECRET): UI sessions end when this process \
+                     stops, and other query replicas do not accept them"
+                );
+                heddle_ui::Secret::random()
+            }
+        };
+        Ok(heddle_ui::UiConfig { secret, secure_cookies: self.ui_secure_cookies })
     }
 }
 
@@ -333,16 +370,18 @@ async fn main() -> anyhow::Result<()> {
     let open_files = net::raise_open_files_limit();
     tracing::debug!(open_files, "open-files limit");
     match Cli::parse().command {
-        Command::Serve { http, otlp, store, kafka, consumer } => {
-            let store = open_store(&store).await?;
+        Command::Serve { http, otlp, store: store_args, kafka, consumer, ui } => {
+            let store = open_store(&store_args).await?;
+            let ui = Some(ui.config(&store_args)?);
             if kafka.brokers.is_none() {
-                return serve(http, Some(otlp), store, None, server::Roles::ALL).await;
+                let roles = server::Roles { ui, ..server::Roles::ALL };
+                return serve(http, Some(otlp), store, None, roles).await;
             }
             let metrics = Arc::new(Metrics::new());
             let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
             let sink = kafka_sink(&kafka, store.clone(), metrics.clone())?;
             let consuming = tokio::spawn(pipeline.run(std::future::pending()));
-            let roles = server::Roles { metrics: Some(metrics), ..server::Roles::ALL };
+            let roles = server::Roles { metrics: Some(metrics), ui, ..server::Roles::ALL };
             tokio::select! {
                 served = serve(http, Some(otlp), store, Some(sink), roles) => served,
                 consumed = consuming => Err(anyhow::anyhow!("the consumer stopped: {consumed:?}")),
@@ -376,8 +415,10 @@ async fn main() -> anyhow::Result<()> {
                 () = server::run(listener, app, server::HttpLimits::defaults()) => Ok(()),
             }
         }
-        Command::Query { http, store } => {
-            serve(http, None, open_store(&store).await?, None, server::Roles::QUERY).await
+        Command::Query { http, store: store_args, ui } => {
+            let store = open_store(&store_args).await?;
+            let roles = server::Roles { ui: Some(ui.config(&store_args)?), ..server::Roles::QUERY };
+            serve(http, None, store, None, roles).await
         }
         Command::Migrate { store } => {
             open_store(&store).await?;
