@@ -109,6 +109,16 @@ pub struct KeyInfo {
     pub revoked_at: Option<Micros>,
 }
 
+/// A project as the web UI's project list shows it ([`Store::list_projects`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProjectInfo {
+    pub project: ProjectId,
+    /// Live calls (roots and children).
+    pub calls: u64,
+    /// The newest call's start.
+    pub last_call: Micros,
+}
+
 /// Hex characters of a key's hash that make its id.
 pub const KEY_ID_LEN: usize = 12;
 
@@ -250,6 +260,15 @@ pub trait Store: Send + Sync + 'static {
 
     /// The threads of the project's turn calls (semantics: [`heddle_proto::threads`]).
     async fn query_threads(&self, q: ThreadsQuery) -> Result<Vec<Thread>>;
+
+    // --- projects (the web UI's project list) --------------------------------------------
+
+    /// The projects that hold calls, most recently active first, at most `limit`; only those
+    /// of `entity` when given. Backends answer from their calls index without reading calls.
+    async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<ProjectInfo>> {
+        let _ = (entity, limit);
+        Err(StoreError::Backend("this store cannot list projects".into()))
+    }
 
     // --- keys -------------------------------------------------------------------------------
 

@@ -279,9 +279,14 @@ def sign_in(driver: webdriver.Chrome, site: Site, key: str | None = None, path: 
 def click(element: Any) -> None:
     """Clicks something that loads a new page, and waits until the new page has loaded."""
     driver = element.parent
+    _loaded(driver)
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
     WebDriverWait(driver, 30).until(expected_conditions.staleness_of(old))
+    _loaded(driver)
+
+
+def _loaded(driver: webdriver.Chrome) -> None:
     WebDriverWait(driver, 30).until(
         lambda d: d.execute_script("return document.readyState") == "complete"
     )

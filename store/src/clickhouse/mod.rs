@@ -8,6 +8,7 @@
 //! assign atomically: see [`ClickHouseStore::create_object`].
 
 mod blobs;
+mod projects;
 mod compile;
 pub mod migrations;
 mod rows;
@@ -692,6 +693,10 @@ impl Store for ClickHouseStore {
             created_at: Micros::now().0,
         };
         self.insert::<KeyRow>("api_keys", &[row]).await
+    }
+
+    async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<crate::ProjectInfo>> {
+        self.projects(entity, limit).await
     }
 
     async fn lookup_key(&self, key_hash: &str) -> Result<Option<KeyRecord>> {

@@ -3,6 +3,7 @@
 //! async runtime.
 
 mod blobs;
+mod projects;
 // `functions` and `sql` are public for the fuzz targets, which render queries and run them on
 // an in-memory database (docs/fuzzing.md).
 mod compile;
@@ -779,6 +780,11 @@ impl Store for SqliteStore {
                 Ok(())
             })
             .await
+    }
+
+    async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<crate::ProjectInfo>> {
+        let entity = entity.map(str::to_owned);
+        self.read(move |conn| projects::list(conn, entity.as_deref(), limit)).await
     }
 
     async fn lookup_key(&self, key_hash: &str) -> Result<Option<KeyRecord>> {
