@@ -271,6 +271,7 @@ def shot(driver: webdriver.Chrome, name: str, full: bool = True) -> None:
 
 def sign_in(driver: webdriver.Chrome, site: Site, key: str | None = None, path: str = "/") -> None:
     driver.get(site.server.url + path)
+    _loaded(driver)
     assert urlparse(driver.current_url).path == "/signin", driver.current_url
     driver.find_element(By.ID, "key").send_keys(key or site.server.api_key)
     click(driver.find_element(By.CSS_SELECTOR, "form.signin button[type=submit]"))
@@ -314,6 +315,7 @@ def status_of(site: Site, path: str, cookies: dict[str, str]) -> int:
 def test_sign_in_goes_back_to_the_page_asked_for(site: Site, browser: webdriver.Chrome) -> None:
     target = f"/{ENTITY}/{site.project}/weave/calls?status=error"
     browser.get(site.server.url + target)
+    _loaded(browser)
     assert path_of(browser) == "/signin"
     assert parse_qs(urlparse(browser.current_url).query)["next"] == [target]
     shot(browser, "01-signin", full=False)
@@ -335,6 +337,7 @@ def test_sign_in_goes_back_to_the_page_asked_for(site: Site, browser: webdriver.
     # A `next` that leaves the site is not followed.
     browser.delete_all_cookies()
     browser.get(site.server.url + "/signin?next=//evil.example/x")
+    _loaded(browser)
     browser.find_element(By.ID, "key").send_keys(site.server.api_key)
     click(browser.find_element(By.CSS_SELECTOR, "form.signin button[type=submit]"))
     assert browser.current_url == site.server.url + "/", browser.current_url

@@ -8,9 +8,9 @@
 //! assign atomically: see [`ClickHouseStore::create_object`].
 
 mod blobs;
-mod projects;
 mod compile;
 pub mod migrations;
+mod projects;
 mod rows;
 pub mod sql;
 
@@ -695,7 +695,11 @@ impl Store for ClickHouseStore {
         self.insert::<KeyRow>("api_keys", &[row]).await
     }
 
-    async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<crate::ProjectInfo>> {
+    async fn list_projects(
+        &self,
+        entity: Option<&str>,
+        limit: u64,
+    ) -> Result<Vec<crate::ProjectInfo>> {
         self.projects(entity, limit).await
     }
 

@@ -19,7 +19,11 @@ struct ProjectRow {
 }
 
 impl ClickHouseStore {
-    pub(super) async fn projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<ProjectInfo>> {
+    pub(super) async fn projects(
+        &self,
+        entity: Option<&str>,
+        limit: u64,
+    ) -> Result<Vec<ProjectInfo>> {
         let mut q = Sql::new(
             "SELECT project_id, uniqExactIf(id, kind = 'part' AND has_start = 1) AS started, \
              uniqExactIf(id, kind = 'delete') AS deleted, \

@@ -782,7 +782,11 @@ impl Store for SqliteStore {
             .await
     }
 
-    async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<crate::ProjectInfo>> {
+    async fn list_projects(
+        &self,
+        entity: Option<&str>,
+        limit: u64,
+    ) -> Result<Vec<crate::ProjectInfo>> {
         let entity = entity.map(str::to_owned);
         self.read(move |conn| projects::list(conn, entity.as_deref(), limit)).await
     }

@@ -14,7 +14,11 @@ const LIST: &str = "SELECT project_id, COUNT(*), MAX(started_at) FROM calls \
                     AND project_id >= ?1 AND project_id < ?2 \
                     GROUP BY project_id ORDER BY 3 DESC, 1 LIMIT ?3";
 
-pub(super) fn list(conn: &Connection, entity: Option<&str>, limit: u64) -> Result<Vec<ProjectInfo>> {
+pub(super) fn list(
+    conn: &Connection,
+    entity: Option<&str>,
+    limit: u64,
+) -> Result<Vec<ProjectInfo>> {
     let (lo, hi) = match entity {
         Some(e) => (format!("{e}/"), format!("{e}0")),
         None => (String::new(), "\u{10FFFF}".to_owned()),
@@ -32,7 +36,11 @@ pub(super) fn list(conn: &Connection, entity: Option<&str>, limit: u64) -> Resul
     Ok(rows
         .into_iter()
         .filter_map(|(p, n, last)| {
-            Some(ProjectInfo { project: ProjectId::parse(&p).ok()?, calls: n as u64, last_call: Micros(last) })
+            Some(ProjectInfo {
+                project: ProjectId::parse(&p).ok()?,
+                calls: n as u64,
+                last_call: Micros(last),
+            })
         })
         .collect())
 }

@@ -7,10 +7,10 @@ use axum::extract::State;
 use heddle_api::{AppState, Principal};
 use maud::{Markup, html};
 
+use crate::UiError;
 use crate::fmt;
 use crate::layout::{self, project_base};
 use crate::viewer::Viewer;
-use crate::UiError;
 
 /// Projects listed at most.
 pub const MAX_PROJECTS: u64 = 500;
