@@ -7,17 +7,16 @@ use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Args, Parser, Subcommand};
-use heddle_api::CallSink;
 use heddle_api::auth::{generate_key, hash_key};
-use heddle_ingest::consumer::Pipeline;
-use heddle_ingest::metrics::Metrics;
-use heddle_ingest::producer::KafkaSink;
+use heddle_pipeline::Sink;
 use heddle_store::Store;
-use heddle_store::clickhouse::ClickHouseStore;
-use heddle_store::sqlite::{SqliteOptions, SqliteStore};
+
+#[cfg(not(any(feature = "sqlite", feature = "clickhouse")))]
+compile_error!("heddle needs a store: build with the feature `sqlite`, `clickhouse` or both");
 
 mod keys;
 mod net;
+mod roles;
 mod server;
 
 #[derive(Parser)]
@@ -130,14 +129,15 @@ struct KafkaArgs {
     /// A librdkafka property KEY=VALUE for every Kafka client (TLS/SASL, session.timeout.ms,
     /// ...); repeatable, comma-separated in the environment.
     #[arg(long = "kafka-option", env = "HEDDLE_KAFKA_OPTIONS", value_delimiter = ',',
-          value_parser = heddle_ingest::producer::KafkaConfig::parse_option)]
+          value_parser = heddle_pipeline::KafkaConfig::parse_option)]
     kafka_options: Vec<(String, String)>,
 }
 
+#[cfg(feature = "kafka")]
 impl KafkaArgs {
-    fn config(&self) -> anyhow::Result<heddle_ingest::producer::KafkaConfig> {
+    fn config(&self) -> anyhow::Result<heddle_pipeline::KafkaConfig> {
         let brokers = self.brokers.clone().context("--kafka (HEDDLE_KAFKA_BROKERS) is required")?;
-        Ok(heddle_ingest::producer::KafkaConfig {
+        Ok(heddle_pipeline::KafkaConfig {
             brokers,
             topic: self.kafka_topic.clone(),
             dlq_topic: self.kafka_dlq_topic.clone(),
@@ -181,17 +181,18 @@ struct MetricsArgs {
     api_key: Option<String>,
 }
 
+#[cfg(feature = "kafka")]
 impl ConsumerArgs {
-    fn limits(&self) -> heddle_ingest::consumer::BatchLimits {
-        heddle_ingest::consumer::BatchLimits {
+    fn limits(&self) -> heddle_pipeline::consumer::BatchLimits {
+        heddle_pipeline::consumer::BatchLimits {
             max_records: self.batch_records.max(1),
             max_bytes: self.batch_bytes.max(1),
             max_wait: Duration::from_millis(self.batch_wait_ms),
         }
     }
 
-    fn retry(&self) -> heddle_ingest::batch_store::RetryPolicy {
-        heddle_ingest::batch_store::RetryPolicy {
+    fn retry(&self) -> heddle_pipeline::batch_store::RetryPolicy {
+        heddle_pipeline::batch_store::RetryPolicy {
             max_attempts: self.consumer_max_attempts,
             ..Default::default()
         }
@@ -377,43 +378,13 @@ async fn main() -> anyhow::Result<()> {
                 let roles = server::Roles { ui, ..server::Roles::ALL };
                 return serve(http, Some(otlp), store, None, roles).await;
             }
-            let metrics = Arc::new(Metrics::new());
-            let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
-            let sink = kafka_sink(&kafka, store.clone(), metrics.clone())?;
-            let consuming = tokio::spawn(pipeline.run(std::future::pending()));
-            let roles = server::Roles { metrics: Some(metrics), ui, ..server::Roles::ALL };
-            tokio::select! {
-                served = serve(http, Some(otlp), store, Some(sink), roles) => served,
-                consumed = consuming => Err(anyhow::anyhow!("the consumer stopped: {consumed:?}")),
-            }
+            roles::serve_through_kafka(http, otlp, store, kafka, consumer, ui).await
         }
         Command::Ingest { http, otlp, store, kafka } => {
-            let metrics = Arc::new(Metrics::new());
-            let store = open_store(&store).await?;
-            let sink = kafka_sink(&kafka, store.clone(), metrics.clone())?;
-            let roles = server::Roles { metrics: Some(metrics), ..server::Roles::INGEST };
-            serve(http, Some(otlp), store, Some(sink), roles).await
+            roles::ingest(http, otlp, open_store(&store).await?, kafka).await
         }
         Command::Consume { store, kafka, consumer, http } => {
-            let store = open_store(&store).await?;
-            let metrics = Arc::new(Metrics::new());
-            let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
-            let (app, _) = server::app(
-                store,
-                None,
-                http.api_key.as_deref(),
-                heddle_api::BodyLimits::new(usize::MAX),
-                heddle_query::GeoIp::default(),
-                server::Roles { metrics: Some(metrics), ..server::Roles::NONE },
-            );
-            let listener = tokio::net::TcpListener::bind(http.metrics_listen)
-                .await
-                .with_context(|| format!("binding {}", http.metrics_listen))?;
-            println!("heddle consumer metrics on http://{}", listener.local_addr()?);
-            tokio::select! {
-                consumed = pipeline.run(server::shutdown_signal()) => Ok(consumed?),
-                () = server::run(listener, app, server::HttpLimits::defaults()) => Ok(()),
-            }
+            roles::consume(open_store(&store).await?, kafka, consumer, http).await
         }
         Command::Query { http, store: store_args, ui } => {
             let store = open_store(&store_args).await?;
@@ -429,57 +400,58 @@ async fn main() -> anyhow::Result<()> {
     }
 }
 
-/// The Kafka producer; large call parts go to `store` as blobs (docs/distributed.md).
-fn kafka_sink(
-    kafka: &KafkaArgs,
-    store: Arc<dyn Store>,
-    metrics: Arc<Metrics>,
-) -> anyhow::Result<Arc<dyn CallSink>> {
-    let sink =
-        KafkaSink::new(kafka.config()?, store, metrics).context("creating the Kafka producer")?;
-    Ok(Arc::new(sink))
-}
-
-fn consumer_pipeline(
-    kafka: &KafkaArgs,
-    consumer: &ConsumerArgs,
-    store: Arc<dyn Store>,
-    metrics: Arc<Metrics>,
-) -> anyhow::Result<Pipeline> {
-    Pipeline::new(
-        kafka.config()?,
-        &consumer.consumer_group,
-        consumer.limits(),
-        consumer.retry(),
-        store,
-        metrics,
-    )
-    .context("creating the Kafka consumer")
-}
-
 /// Opens the configured store and brings its schema up to date.
 async fn open_store(args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
-    if let Some(url) = &args.clickhouse {
-        let store = ClickHouseStore::connect(
-            url,
-            &args.clickhouse_user,
-            &args.clickhouse_password,
-            &args.clickhouse_database,
-        )
-        .await
-        .with_context(|| format!("opening the ClickHouse store at {url}"))?;
-        return Ok(Arc::new(store));
+    match &args.clickhouse {
+        Some(url) => open_clickhouse(url, args).await,
+        None => open_sqlite(args),
     }
+}
+
+#[cfg(feature = "clickhouse")]
+async fn open_clickhouse(url: &str, args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
+    let store = heddle_store::clickhouse::ClickHouseStore::connect(
+        url,
+        &args.clickhouse_user,
+        &args.clickhouse_password,
+        &args.clickhouse_database,
+    )
+    .await
+    .with_context(|| format!("opening the ClickHouse store at {url}"))?;
+    Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "clickhouse"))]
+async fn open_clickhouse(_url: &str, _args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
+    Err(not_built("clickhouse", "--clickhouse"))
+}
+
+#[cfg(feature = "sqlite")]
+fn open_sqlite(args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
+    use heddle_store::sqlite::{SqliteOptions, SqliteStore};
     let store = SqliteStore::open(&args.data_dir, SqliteOptions::default())
         .with_context(|| format!("opening the store in {}", args.data_dir.display()))?;
     Ok(Arc::new(store))
+}
+
+#[cfg(not(feature = "sqlite"))]
+fn open_sqlite(_args: &StoreArgs) -> anyhow::Result<Arc<dyn Store>> {
+    Err(not_built("sqlite", "the embedded store (without --clickhouse)"))
+}
+
+/// The error for a flag whose backend this binary was built without (README, "Build features").
+#[cfg(not(all(feature = "sqlite", feature = "clickhouse", feature = "kafka")))]
+fn not_built(feature: &str, what: &str) -> anyhow::Error {
+    anyhow::anyhow!(
+        "{what} needs the cargo feature `{feature}`, which this heddle binary was built without"
+    )
 }
 
 async fn serve(
     args: HttpArgs,
     otlp: Option<OtlpArgs>,
     store: Arc<dyn Store>,
-    calls: Option<Arc<dyn CallSink>>,
+    sink: Option<Arc<dyn Sink>>,
     roles: server::Roles,
 ) -> anyhow::Result<()> {
     let listener = tokio::net::TcpListener::bind(args.listen)
@@ -508,7 +480,7 @@ async fn serve(
         memory_budget_bytes: args.memory_budget_bytes,
     };
     let (app, otlp_ingest) =
-        server::app(store, calls, admin_key.as_deref(), body_limits, geoip, roles);
+        server::app(store, sink, admin_key.as_deref(), body_limits, geoip, roles);
     println!("heddle listening on {url}");
     let (Some(otlp), Some(ingest)) = (otlp, otlp_ingest) else {
         server::run(listener, app, limits).await;

@@ -11,9 +11,10 @@ use axum::http::{Request, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::{Extension, Router};
-use heddle_api::{ApiError, AppState, BodyLimits, CallSink, Principal};
-use heddle_ingest::metrics::Metrics;
+use heddle_api::{ApiError, AppState, BodyLimits, Principal};
 use heddle_ingest::otlp::OtlpIngest;
+use heddle_pipeline::Sink;
+use heddle_pipeline::metrics::Metrics;
 use heddle_query::GeoIp;
 use heddle_store::Store;
 use hyper::body::Incoming;
@@ -34,6 +35,8 @@ pub struct Roles {
     pub ui: Option<heddle_ui::UiConfig>,
 }
 
+// The ingest and consumer roles exist only with Kafka.
+#[cfg_attr(not(feature = "kafka"), allow(dead_code))]
 impl Roles {
     pub const ALL: Roles = Roles { ingest: true, query: true, metrics: None, ui: None };
     pub const INGEST: Roles = Roles { ingest: true, query: false, metrics: None, ui: None };
@@ -43,13 +46,13 @@ impl Roles {
 
 pub fn app(
     store: Arc<dyn Store>,
-    calls: Option<Arc<dyn CallSink>>,
+    sink: Option<Arc<dyn Sink>>,
     admin_key: Option<&str>,
     limits: BodyLimits,
     geoip: GeoIp,
     roles: Roles,
 ) -> (Router, Option<Arc<OtlpIngest>>) {
-    let state = AppState::new(store, calls, admin_key, limits);
+    let state = AppState::new(store, sink, admin_key, limits);
     let otlp = roles.ingest.then(|| OtlpIngest::new(state.clone()));
     let mut router = Router::new().merge(heddle_query::public_routes());
     if roles.query {

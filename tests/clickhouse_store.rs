@@ -9,7 +9,8 @@ use heddle_proto::ProjectId;
 use heddle_proto::calls::{CallPart, CallsQueryReq, EndPart, StartPart};
 use heddle_proto::time::Micros;
 use heddle_store::clickhouse::{ClickHouseStore, migrations};
-use heddle_store::{KeyRecord, Store, StoreError};
+use heddle_store::prelude::*;
+use heddle_store::{KeyRecord, StoreError};
 
 async fn connect(ch: &ClickHouse) -> ClickHouseStore {
     let db = ch.database.as_deref().unwrap_or("default");
@@ -75,6 +76,91 @@ async fn migrations_apply_once_and_are_idempotent() {
     assert_eq!(migrations::migrate(store.client()).await.unwrap(), [1]);
     assert!(tables(&store).await.contains(&"files".to_owned()));
     assert_eq!(migrations::applied(store.client()).await.unwrap(), all);
+}
+
+/// The migrations as a database created before SQLite and ClickHouse shared their numbering
+/// recorded them: objects and files chunks as 2, tables as 3 (now 3 and 4).
+const OLD_NUMBERING: &[(u32, &str)] = &[
+    (1, include_str!("../store/src/clickhouse/migrations/0001_init.sql")),
+    (2, include_str!("../store/src/clickhouse/migrations/0003_objects_files.sql")),
+    (3, include_str!("../store/src/clickhouse/migrations/0004_tables.sql")),
+    (5, include_str!("../store/src/clickhouse/migrations/0005_feedback.sql")),
+    (6, include_str!("../store/src/clickhouse/migrations/0006_costs.sql")),
+    (7, include_str!("../store/src/clickhouse/migrations/0007_key_revocation.sql")),
+    (8, include_str!("../store/src/clickhouse/migrations/0008_blobs.sql")),
+];
+
+/// A database migrated by the old numbering, up to and including `last`, holding a file and a
+/// table when their migrations are in.
+async fn old_database(ch: &ClickHouse, last: u32) -> clickhouse::Client {
+    let base = clickhouse::Client::default().with_url(&ch.url).with_user("default");
+    let client = match ch.database.as_deref() {
+        Some(db) => {
+            base.query(&format!("CREATE DATABASE IF NOT EXISTS `{db}`")).execute().await.unwrap();
+            base.with_database(db)
+        }
+        None => base,
+    };
+    migrations::applied(&client).await.unwrap(); // creates the log
+    for (version, file) in OLD_NUMBERING.iter().filter(|(v, _)| *v <= last) {
+        for stmt in migrations::statements(file) {
+            client.query(&stmt).execute().await.unwrap();
+        }
+        client
+            .query("INSERT INTO heddle_schema_migrations (version) VALUES (?)")
+            .bind(version)
+            .execute()
+            .await
+            .unwrap();
+    }
+    client
+}
+
+#[tokio::test]
+async fn databases_from_before_the_shared_numbering_migrate() {
+    let project = ProjectId::parse("e/p").unwrap();
+    let mut all_and_old_2 = migrations::versions();
+    all_and_old_2.push(2);
+    all_and_old_2.sort();
+
+    // Fully migrated by the old numbering, with data in the renumbered tables.
+    let ch = ClickHouse::start();
+    let client = old_database(&ch, 8).await;
+    for insert in [
+        "INSERT INTO file_chunks (project_id, digest, chunk_index, data) VALUES ('e/p', 'f1', 0, 'abc')",
+        "INSERT INTO files (project_id, digest, size_bytes, content, created_at, n_chunks) \
+         VALUES ('e/p', 'f1', 3, '', now64(6), 1)",
+        "INSERT INTO table_rows (project_id, digest, val, size_bytes, created_at) \
+         VALUES ('e/p', 'r1', '{\"a\": 1}', 8, now64(6))",
+        "INSERT INTO tables (project_id, digest, row_count, row_digests, created_at) \
+         VALUES ('e/p', 't1', 1, ['r1'], now64(6))",
+    ] {
+        client.query(insert).execute().await.unwrap();
+    }
+    let before: Vec<String> = client
+        .query("SELECT name FROM system.tables WHERE database = currentDatabase() ORDER BY name")
+        .fetch_all()
+        .await
+        .unwrap();
+    // Only tables (4) is applied again, a no-op; the old 2 stays and means nothing.
+    assert_eq!(migrations::migrate(&client).await.unwrap(), [4]);
+    assert_eq!(migrations::applied(&client).await.unwrap(), all_and_old_2);
+    assert_eq!(migrations::migrate(&client).await.unwrap(), Vec::<u32>::new());
+    let store = connect(&ch).await;
+    assert_eq!(tables(&store).await, before, "no table added or lost");
+    assert_eq!(store.read_file(&project, "f1").await.unwrap(), &b"abc"[..]);
+    let slice = store.table_slice(&project, "t1", 0, None).await.unwrap().unwrap();
+    assert_eq!(slice.row_digests, ["r1"]);
+    let read = store.read_rows(&project, &slice.row_digests, true).await.unwrap();
+    assert_eq!(read["r1"].val.as_ref().unwrap().get(), "{\"a\": 1}");
+
+    // Stopped by the old numbering after objects and files (old 2): tables come now, as 4.
+    let ch = ClickHouse::start();
+    let client = old_database(&ch, 2).await;
+    assert_eq!(migrations::migrate(&client).await.unwrap(), [3, 4, 5, 6, 7, 8]);
+    let store = connect(&ch).await;
+    assert!(tables(&store).await.contains(&"tables".to_owned()));
+    assert_eq!(migrations::applied(store.client()).await.unwrap(), all_and_old_2);
 }
 
 fn part(id: &str, start: bool, end: bool) -> CallPart {

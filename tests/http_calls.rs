@@ -1,5 +1,7 @@
-//! Calls over HTTP (CONTRACT §2, §3, §5, §14.1, §14.2): every write path, read back through
-//! `/call/read`, `/calls/stream_query` and `/calls/query_stats`.
+//! Calls over HTTP (docs/api/query.md, docs/api/README.md#streaming-responses-jsonl,
+//! docs/api/calls.md, docs/api/calls.md#complete-calls-v2, docs/api/calls.md#start-and-end-v2):
+//! every write path, read back through `/call/read`, `/calls/stream_query` and
+//! `/calls/query_stats`.
 
 mod common;
 
@@ -345,7 +347,7 @@ async fn call_read_present_absent_deleted() {
     let api = server.admin();
     api.complete_calls(P, vec![complete(P, "r1", json!({})), complete(P, "r2", json!({}))]).await;
     let call = api.read_call(P, "r1").await;
-    // Every Call field of CONTRACT §5.9 is present.
+    // Every field of the call object (docs/api/calls.md#call-object) is present.
     for key in [
         "id",
         "project_id",
@@ -1397,7 +1399,8 @@ async fn bad_queries_are_400_with_a_reason() {
     ];
     let mut failures = Vec::new();
     for (name, body, status) in &cases {
-        // query_stats has no sort_by/offset: as unknown keys it may ignore them (CONTRACT §1.1).
+        // query_stats has no sort_by/offset: as unknown keys it may ignore them
+        // (docs/api/README.md#transport-and-encoding).
         let stream_only = body.get("sort_by").is_some() || body.get("offset").is_some();
         let paths: &[&str] = if stream_only {
             &["/calls/stream_query"]

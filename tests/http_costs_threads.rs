@@ -1,6 +1,7 @@
-//! Costs and threads over HTTP (CONTRACT §5.9, §6, §13): prices created, queried, purged and
-//! applied to calls' `summary.weave.costs`; threads aggregated from turn calls with filters,
-//! sorting and paging; tenancy and the 4xx answers for bad input. Every write is read back.
+//! Costs and threads over HTTP (docs/api/calls.md#call-object, docs/api/costs.md,
+//! docs/api/threads.md): prices created, queried, purged and applied to calls'
+//! `summary.weave.costs`; threads aggregated from turn calls with filters, sorting and paging;
+//! tenancy and the 4xx answers for bad input. Every write is read back.
 
 mod common;
 

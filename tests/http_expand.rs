@@ -1,8 +1,9 @@
-//! `expand_columns` of `/calls/stream_query` and `/calls/query_stats` (CONTRACT §5.7, §5.8):
-//! calls whose inputs and outputs hold object refs and dataset row refs are read back with the
-//! refs resolved (dicts gain `_ref`), nested columns resolve inside their parents, refs that do
-//! not resolve or point into another project stay strings, and filters and orders through an
-//! expanded column compare the resolved values, with counts that agree with the rows.
+//! `expand_columns` of `/calls/stream_query` and `/calls/query_stats`
+//! (docs/api/calls.md#count-calls, docs/api/calls.md#stream-calls): calls whose inputs and outputs
+//! hold object refs and dataset row refs are read back with the refs resolved (dicts gain `_ref`),
+//! nested columns resolve inside their parents, refs that do not resolve or point into another
+//! project stay strings, and filters and orders through an expanded column compare the resolved
+//! values, with counts that agree with the rows.
 
 mod common;
 

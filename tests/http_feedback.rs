@@ -1,7 +1,8 @@
-//! Feedback over HTTP (CONTRACT §7, §14.3, §5.9, §2): create, batch create with client ids,
-//! query (filters, projection, sorting, paging, total_count), purge (ids only), replace,
-//! `include_feedback` on calls, and `feedback.[<type>]...` fields in call queries. Every write
-//! is read back; bad input gets its 4xx.
+//! Feedback over HTTP (docs/api/feedback.md, docs/api/feedback.md#batch-create-feedback,
+//! docs/api/calls.md#call-object, docs/api/query.md): create, batch create with client ids, query
+//! (filters, projection, sorting, paging, total_count), purge (ids only), replace,
+//! `include_feedback` on calls, and `feedback.[<type>]...` fields in call queries. Every write is
+//! read back; bad input gets its 4xx.
 
 mod common;
 

@@ -1,5 +1,5 @@
-//! Objects and files over HTTP (CONTRACT §1.6, §8, §9): digests, versions, reads, kinds and
-//! classes, and byte-exact file round trips.
+//! Objects and files over HTTP (docs/api/digests.md, docs/api/files.md, docs/api/objects.md):
+//! digests, versions, reads, kinds and classes, and byte-exact file round trips.
 
 mod common;
 

@@ -1,6 +1,7 @@
-//! Object listing, deletion and classes over HTTP (CONTRACT §9.1, §9.3, §9.4): `/objs/query`
-//! with every filter, sort and paging; `/obj/delete` of some or all versions and what reads
-//! see afterwards; built-in classes and name/class collisions on `/obj/create`.
+//! Object listing, deletion and classes over HTTP (docs/api/objects.md#create-an-object,
+//! docs/api/objects.md#query-objects, docs/api/objects.md#delete-an-object): `/objs/query` with
+//! every filter, sort and paging; `/obj/delete` of some or all versions and what reads see
+//! afterwards; built-in classes and name/class collisions on `/obj/create`.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! OTLP trace ingest over HTTP (protobuf, JSON, gzip) and gRPC (CONTRACT §10): spans written
+//! OTLP trace ingest over HTTP (protobuf, JSON, gzip) and gRPC (docs/api/otel.md): spans written
 //! through every transport read back as calls; bad spans are rejected alone (partial success);
 //! bad bodies, projects and keys get clear errors and store nothing.
 

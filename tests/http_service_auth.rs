@@ -1,5 +1,6 @@
 //! Service endpoints, authentication and entity scoping, GraphQL, and robustness against bad
-//! requests (CONTRACT §1.1, §1.2, §1.7, §4, §14.5).
+//! requests (docs/api/README.md#transport-and-encoding, docs/api/README.md#authentication,
+//! docs/api/README.md#errors-and-status-codes, docs/api/service.md, docs/api/service.md#graphql).
 
 mod common;
 
@@ -42,8 +43,8 @@ async fn service_info_endpoints() {
     for path in ["/version", "/geolocate"] {
         anon.get(path).await.err(401);
     }
-    // CONTRACT §4: /server_info "should not require" auth; heddle requires it everywhere but
-    // /health. Either way the answer must be well-formed.
+    // The Weave server answers /server_info without a key (docs/api/service.md#server-info); heddle
+    // requires one everywhere but /health. Either way the answer must be well-formed.
     let r = anon.get("/server_info").await;
     if r.status == 200 {
         assert!(r.json()["min_required_weave_python_version"].is_string());
@@ -509,7 +510,8 @@ async fn concurrent_writes_and_reads() {
 }
 
 /// A body far over the limit gets a 413 the client can read (the SDK splits a batch only when it
-/// sees one, CONTRACT §1.7), repeatedly on one connection pool, and the server stays healthy.
+/// sees one, docs/api/README.md#errors-and-status-codes), repeatedly on one connection pool, and
+/// the server stays healthy.
 #[tokio::test]
 async fn oversized_body_gets_a_readable_413_not_a_reset() {
     let server = Server::start_with(&["--max-body-bytes", "1024"]);

@@ -1,6 +1,7 @@
-//! Tables and refs over HTTP (CONTRACT §11, §12, §14.4): digests, round trips, updates, paging,
-//! sorting, filters, chunked uploads of large tables, stats, ref resolution, tenancy and the
-//! 4xx answers for bad input. Every write is read back and compared.
+//! Tables and refs over HTTP (docs/api/refs.md#read-a-batch-of-refs, docs/api/tables.md,
+//! docs/api/tables.md#create-a-table-from-row-digests): digests, round trips, updates, paging,
+//! sorting, filters, chunked uploads of large tables, stats, ref resolution, tenancy and the 4xx
+//! answers for bad input. Every write is read back and compared.
 
 mod common;
 

@@ -334,3 +334,58 @@ async fn records_the_broker_refuses_as_too_large_are_sent_again_offloaded() {
     let offloaded = metric(&d.api(&ingest_role), "heddle_offloaded_parts_total").await;
     assert!(offloaded.unwrap_or(0.0) >= 1.0, "nothing was offloaded: {offloaded:?}");
 }
+
+/// An OTLP/JSON export of one span named `name`.
+fn otlp_span(name: &str) -> (String, Vec<u8>) {
+    let trace_id = uid().replace('-', "")[..32].to_owned();
+    let span_id = uid().replace('-', "")[..16].to_owned();
+    let body = json!({"resourceSpans": [{"resource": {"attributes": []}, "scopeSpans": [{
+        "scope": {"name": "pipeline-tests"},
+        "spans": [{
+            "traceId": trace_id, "spanId": span_id, "name": name, "kind": 1,
+            "startTimeUnixNano": "1763700000000000000", "endTimeUnixNano": "1763700001000000000"
+        }]
+    }]}]});
+    (span_id, serde_json::to_vec(&body).unwrap())
+}
+
+/// The placeholder op of an OTLP span travels through Kafka like its call: the ingest role
+/// writes nothing to the store itself, so before a consumer runs the op is not there, and once
+/// one runs the op, its source file and the call that names it are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otlp_placeholder_ops_reach_the_store_through_kafka() {
+    let d = Deployment::new();
+    let ingest_role = d.start("ingest", &[]);
+    let query_role = d.start("query", &[]);
+    let (ingest, query) = (d.api(&ingest_role), d.api(&query_role));
+
+    let object_id = format!("span-{}", &uid()[..8]);
+    let (span_id, body) = otlp_span(&object_id);
+    let headers = [("content-type", "application/json"), ("project_id", PROJECT)];
+    let r = ingest.post_headers("/otel/v1/traces", &headers, body).await;
+    assert_eq!(r.ok(), json!({}));
+    let read_op = json!({"project_id": PROJECT, "object_id": object_id, "digest": "latest"});
+    query.post("/obj/read", &read_op).await.err(404);
+
+    let _consumer = d.start("consume", &[]);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let op = loop {
+        let r = query.post("/obj/read", &read_op).await;
+        if r.status == 200 {
+            break r.ok();
+        }
+        assert_eq!(r.status, 404, "{}", r.text());
+        assert!(Instant::now() < deadline, "the placeholder op never reached the store");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(op["obj"]["kind"], "op");
+    let file_digest = op["obj"]["val"]["files"]["obj.py"].as_str().unwrap();
+    let read_file = json!({"project_id": PROJECT, "digest": file_digest});
+    let file = query.post("/file/content", &read_file).await;
+    assert!(file.text().starts_with("def func(*args, **kwargs):"), "{}", file.text());
+    let op_ref =
+        format!("weave:///{PROJECT}/op/{object_id}:{}", op["obj"]["digest"].as_str().unwrap());
+    assert_visible_exactly_once(&query, std::slice::from_ref(&span_id), Duration::from_secs(60))
+        .await;
+    assert_eq!(query.read_call(PROJECT, &span_id).await["op_name"], op_ref);
+}

@@ -49,11 +49,20 @@ fi
 
 step "building"
 cargo build --workspace --bins
+# The embedded-only build must not need the ClickHouse client or librdkafka (README, "Build
+# features"): check both that it builds and that neither crate is in its dependency tree.
+cargo build --no-default-features --features sqlite --bin heddle
+if cargo tree --no-default-features --features sqlite -e normal -p heddle | grep -E '^.* (rdkafka|clickhouse) v'; then
+    echo "the sqlite-only build depends on ClickHouse or Kafka" >&2
+    exit 1
+fi
 
 step "Rust tests"
 # The Python with chdb, for the tests' ClickHouse (tests/support/clickhouse_http.py).
 export HEDDLE_TEST_PYTHON="$venv/bin/python"
 cargo test --workspace
+# (cargo test --workspace runs tests/ql_conformance.rs and tests/clickhouse_store.rs: the query
+# language's conformance table through the evaluator, SQLite and ClickHouse.)
 
 step "HTTP conformance tests on the ClickHouse store"
 # The same suites, every server on its own ClickHouse (chdb, or CLICKHOUSE_URL's server).

@@ -1,8 +1,9 @@
 //! The single error type of the HTTP API, mapped to status codes in one place
-//! (CONTRACT §1.7). Every error body is `{"reason": ...}`.
+//! (docs/api/README.md#errors-and-status-codes). Every error body is `{"reason": ...}`.
 
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use heddle_pipeline::SinkError;
 use heddle_proto::ProtoError;
 use heddle_proto::time::Micros;
 use heddle_store::StoreError;
@@ -103,13 +104,39 @@ impl From<StoreError> for ApiError {
             }
             StoreError::Invalid(m) => ApiError::BadRequest(m),
             StoreError::Overloaded => ApiError::Overloaded(e.to_string()),
-            StoreError::Rejected(detail) => ApiError::BadRequest(format!(
+            // The log gets the whole chain of sources; the client only the request id.
+            StoreError::Rejected(_) => ApiError::BadRequest(format!(
                 "the store rejected the data (request_id {})",
-                log_internal(&detail)
+                log_internal(&e.chain())
             )),
-            StoreError::Backend(m) => ApiError::Internal(m),
+            StoreError::Backend(_) => ApiError::Internal(e.chain()),
         }
     }
+}
+
+/// The write pipeline's errors: retryable unavailability is 503 with Retry-After, a call Kafka
+/// cannot carry even as a reference is 413, the store's own errors map as above.
+impl From<SinkError> for ApiError {
+    fn from(e: SinkError) -> Self {
+        match e {
+            e @ SinkError::Unavailable { .. } => ApiError::Overloaded(e.to_string()),
+            SinkError::TooLarge(m) => ApiError::TooLarge(m),
+            SinkError::Store(e) => ApiError::from(e),
+            e @ SinkError::Internal { .. } => ApiError::Internal(with_sources(&e)),
+        }
+    }
+}
+
+/// An error's text followed by its sources', for the log.
+fn with_sources(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
 }
 
 /// The most of an internal error's text that goes to the log (a failed statement can carry
@@ -167,7 +194,8 @@ mod tests {
     #[tokio::test]
     async fn internal_details_never_reach_the_client() {
         let detail = format!("no such column: secret in SELECT {}", "x".repeat(2_000_000));
-        let (status, body) = answer(ApiError::from(StoreError::Backend(detail.clone()))).await;
+        let (status, body) =
+            answer(ApiError::from(StoreError::Backend(detail.clone().into()))).await;
         assert_eq!(status, StatusCode::INTERNAL_SERVER_ERROR);
         assert_eq!(body["reason"], "internal error");
         assert_eq!(body["request_id"].as_str().unwrap().len(), 32);
@@ -178,6 +206,59 @@ mod tests {
         assert!(!body["reason"].as_str().unwrap().contains("DB::Exception"), "{body}");
         let grpc = ApiError::Internal(detail).grpc_status();
         assert!(grpc.message().starts_with("internal error (request_id "), "{}", grpc.message());
+    }
+
+    #[tokio::test]
+    async fn pipeline_errors_keep_their_statuses() {
+        let unavailable =
+            SinkError::unavailable("Kafka did not acknowledge the write: timed out", None);
+        let resp = ApiError::from(unavailable).into_response();
+        assert_eq!(resp.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(resp.headers()[header::RETRY_AFTER], "1");
+        let bytes = axum::body::to_bytes(resp.into_body(), usize::MAX).await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&bytes).unwrap();
+        assert_eq!(
+            body["reason"],
+            "Kafka did not acknowledge the write: timed out; the data was not stored, retry later"
+        );
+        let unavailable = ApiError::from(SinkError::unavailable("down", None));
+        assert_eq!(unavailable.grpc_status().code(), tonic::Code::Unavailable);
+
+        let (status, body) =
+            answer(SinkError::TooLarge("call c was not stored".into()).into()).await;
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (StatusCode::PAYLOAD_TOO_LARGE, Some("call c was not stored"))
+        );
+        // The store's errors mean what they mean without the pipeline.
+        let (status, _) = answer(SinkError::Store(StoreError::Overloaded).into()).await;
+        assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+        let (status, body) =
+            answer(SinkError::Store(StoreError::Rejected("DB::Exception".into())).into()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        assert!(!body["reason"].as_str().unwrap().contains("DB::Exception"), "{body}");
+        let (status, _) = answer(SinkError::Store(StoreError::Invalid("bad".into())).into()).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST);
+        // Internal faults are masked; their sources go to the log only.
+        let internal = SinkError::internal("re-reading a record", std::io::Error::other("secret"));
+        let ApiError::Internal(logged) = ApiError::from(internal) else { panic!("not internal") };
+        assert_eq!(logged, "re-reading a record: secret");
+        let internal = SinkError::internal("re-reading a record", std::io::Error::other("secret"));
+        let (status, body) = answer(internal.into()).await;
+        assert_eq!(
+            (status, body["reason"].as_str()),
+            (StatusCode::INTERNAL_SERVER_ERROR, Some("internal error"))
+        );
+    }
+
+    #[test]
+    fn internal_errors_log_their_sources() {
+        #[derive(Debug, thiserror::Error)]
+        #[error("commit failed")]
+        struct Commit(#[source] std::io::Error);
+        let e = StoreError::backend(Commit(std::io::Error::other("database is locked")));
+        let ApiError::Internal(logged) = ApiError::from(e) else { panic!("not internal") };
+        assert_eq!(logged, "storage error: commit failed: database is locked");
     }
 
     #[test]

@@ -1,11 +1,12 @@
 //! Request bodies. heddle reads bodies itself rather than through axum's limit layer so that an
 //! oversized body is drained (within bounds) before the 413 goes out. A chunked upload answered
 //! mid-stream races the client still sending it, and the client may see a reset instead of the
-//! 413 — yet the SDK splits a batch only when it sees the 413 (CONTRACT §1.7).
+//! 413 — yet the SDK splits a batch only when it sees the 413
+//! (docs/api/README.md#errors-and-status-codes).
 //!
 //! The JSON extractor's rejections are the API's own errors: 413 above the limit, 400 with the
 //! parser's message for malformed JSON or wrong types. Unknown keys are ignored and `null` reads
-//! as absent (the SDK sends both, CONTRACT §1.1).
+//! as absent (the SDK sends both, docs/api/README.md#transport-and-encoding).
 
 use std::io::Read;
 use std::sync::Arc;

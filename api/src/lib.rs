@@ -11,4 +11,4 @@ pub use auth::{Auth, Principal};
 pub use budget::MemoryBudget;
 pub use error::ApiError;
 pub use extract::{EncodedBody, Encoding, Json, RawBody, admit_and_decode, blocking};
-pub use state::{AppState, BodyLimits, CallSink, StoreSink};
+pub use state::{AppState, BodyLimits};

@@ -1,32 +1,15 @@
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use heddle_proto::calls::CallPart;
+use heddle_pipeline::{Sink, StoreSink};
 use heddle_store::Store;
 
-use crate::{ApiError, Auth, MemoryBudget};
-
-/// Where the ingest endpoints put call parts. It returns only once the parts are durable: in the
-/// store (embedded mode) or acknowledged by Kafka (distributed mode).
-#[async_trait]
-pub trait CallSink: Send + Sync + 'static {
-    async fn write(&self, parts: Vec<CallPart>) -> Result<(), ApiError>;
-}
-
-/// The embedded write path: straight into the store.
-pub struct StoreSink(pub Arc<dyn Store>);
-
-#[async_trait]
-impl CallSink for StoreSink {
-    async fn write(&self, parts: Vec<CallPart>) -> Result<(), ApiError> {
-        Ok(self.0.apply_call_parts(parts).await?)
-    }
-}
+use crate::{Auth, MemoryBudget};
 
 /// What every handler can reach.
 pub struct AppState {
     pub store: Arc<dyn Store>,
-    pub calls: Arc<dyn CallSink>,
+    /// Where the ingest endpoints write calls and placeholder ops (`heddle_pipeline`).
+    pub sink: Arc<dyn Sink>,
     pub auth: Auth,
     /// Largest request body accepted (413 above).
     pub max_body_bytes: usize,
@@ -58,16 +41,16 @@ impl BodyLimits {
 pub const DEFAULT_MEMORY_BUDGET_BYTES: usize = 512 << 20;
 
 impl AppState {
-    /// `calls: None` writes calls straight into `store`.
+    /// `sink: None` writes straight into `store`.
     pub fn new(
         store: Arc<dyn Store>,
-        calls: Option<Arc<dyn CallSink>>,
+        sink: Option<Arc<dyn Sink>>,
         admin_key: Option<&str>,
         limits: BodyLimits,
     ) -> Arc<AppState> {
         Arc::new(AppState {
             auth: Auth::new(store.clone(), admin_key),
-            calls: calls.unwrap_or_else(|| Arc::new(StoreSink(store.clone()))),
+            sink: sink.unwrap_or_else(|| Arc::new(StoreSink(store.clone()))),
             store,
             max_body_bytes: limits.max_body_bytes,
             memory_budget: MemoryBudget::new(limits.memory_budget_bytes),

@@ -9,7 +9,7 @@
 use heddle_fuzz::{calls_request, feedback_request};
 use heddle_proto::calls::{CallCatalog, CallsQueryReq};
 use heddle_proto::feedback::FeedbackQueryReq;
-use heddle_proto::query::Query;
+use heddle_ql::Query;
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 

@@ -3,7 +3,7 @@
 //! with the real schema and SQL functions (an SQL error there would be a 500 for client input).
 
 use heddle_proto::calls::{CallsQuery, CallsQueryReq};
-use heddle_proto::expand::Planned;
+use heddle_domain::expansion::{Planned, plan};
 use heddle_proto::feedback::{FeedbackQuery, FeedbackQueryReq};
 use heddle_store::clickhouse::sql as ch;
 use heddle_store::sqlite::sql as lite;
@@ -98,7 +98,7 @@ pub fn calls_request(req: CallsQueryReq, marker: Option<&str>) {
     if let Ok(q) = req.clone().validate() {
         check_calls(&q, marker);
     }
-    match req.plan() {
+    match plan(req) {
         Ok(Planned::Sql(q)) => check_calls(&q, marker),
         Ok(Planned::Expand { candidates, .. }) => check_calls(&candidates, marker),
         Err(_) => {}

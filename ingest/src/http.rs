@@ -1,5 +1,6 @@
 //! The call ingestion endpoints. Every body is validated and normalised into [`CallPart`]s,
-//! handed to the [`heddle_api::CallSink`], and acknowledged only once the sink says it is durable.
+//! handed to the write pipeline's sink (`heddle_pipeline::Sink`), and acknowledged only once the
+//! sink says it is durable.
 
 use std::sync::Arc;
 
@@ -83,7 +84,7 @@ fn path_project(entity: &str, project: &str) -> Result<ProjectId, ApiError> {
 
 async fn store(state: &AppState, parts: Vec<CallPart>) -> Result<(), ApiError> {
     if !parts.is_empty() {
-        state.calls.write(parts).await?;
+        state.sink.write(parts).await?;
     }
     Ok(())
 }

@@ -1,13 +1,10 @@
-//! The write front. HTTP call ingestion ([`http`]) and OTLP trace ingest ([`otlp`]) hands validated call parts to a sink: the
-//! store directly (embedded mode) or Kafka ([`producer`], distributed mode). The [`consumer`]
-//! moves Kafka into the store in batches.
+//! The write front, HTTP only: call ingestion ([`http`]) and OTLP trace ingest over HTTP and
+//! gRPC ([`otlp`]) validate and convert requests and hand call parts and placeholder ops to the
+//! write pipeline's sink (`heddle_pipeline`): the store directly (embedded mode) or Kafka
+//! (distributed mode).
 
-pub mod batch_store;
-pub mod consumer;
 mod grpc;
 pub mod http;
-pub mod metrics;
 pub mod otlp;
-pub mod producer;
 
 pub use http::routes;

@@ -1,9 +1,9 @@
-//! OTLP trace ingest (CONTRACT §10, `docs/otlp.md`): `POST /otel/v1/traces` — and the SDK's own
+//! OTLP trace ingest (docs/api/otel.md, `docs/otlp.md`): `POST /otel/v1/traces` — and the SDK's own
 //! `/agents/otel/v1/traces` — with OTLP/protobuf or OTLP/JSON bodies, gzip or not; and the
 //! OTLP/gRPC `TraceService/Export`. Both transports share [`OtlpIngest::export`]: decode and
-//! convert on the blocking pool (never on the reactor), authorise every project, make sure
-//! each span name's placeholder op exists, and hand the calls to the same sink as the call
-//! endpoints (the store, or Kafka) — answering only once they are durable.
+//! convert on the blocking pool (never on the reactor), authorise every project, and hand each
+//! new span name's placeholder op (`heddle_proto::otlp::op`), then the calls, to the same sink
+//! as the call endpoints (the store, or Kafka) — answering only once they are durable.
 
 use std::collections::{BTreeSet, HashSet};
 use std::sync::{Arc, Mutex};
@@ -15,9 +15,7 @@ use axum::routing::post;
 use axum::{Extension, Router};
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
 use heddle_proto::ProjectId;
-use heddle_proto::canonical::canonical_json;
 use heddle_proto::otlp::{self, op};
-use heddle_store::NewObject;
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -125,46 +123,27 @@ impl OtlpIngest {
         self.ensure_ops(&converted.ops, who.user_id()).await?;
         let response = converted.response();
         if !converted.parts.is_empty() {
-            self.state.calls.write(converted.parts).await?;
+            self.state.sink.write(converted.parts).await?;
         }
         Ok(response)
     }
 
     /// Writes the placeholder op (and its source file) of every span name not yet known to
-    /// this process. Idempotent, so racing requests and restarts are harmless.
+    /// this process, before the calls that name it. Idempotent, so racing requests and restarts
+    /// are harmless.
     async fn ensure_ops(
         &self,
         ops: &BTreeSet<(ProjectId, String)>,
         user: &str,
     ) -> Result<(), ApiError> {
-        let missing: Vec<(ProjectId, String)> = {
+        let missing: BTreeSet<(ProjectId, String)> = {
             let known = self.known_ops.lock().expect("not poisoned");
             ops.iter().filter(|k| !known.contains(*k)).cloned().collect()
         };
         if missing.is_empty() {
             return Ok(());
         }
-        let store = &self.state.store;
-        let val = canonical_json(&op::placeholder_val());
-        let mut files_written: HashSet<&ProjectId> = HashSet::new();
-        for (project, name) in &missing {
-            if files_written.insert(project) {
-                let source = bytes::Bytes::from_static(op::PLACEHOLDER_SOURCE.as_bytes());
-                store.create_file(project, &op::placeholder_file_digest(), source).await?;
-            }
-            store
-                .create_object(NewObject {
-                    project: project.clone(),
-                    object_id: op::op_object_id(name),
-                    digest: op::placeholder_digest().to_owned(),
-                    val: val.clone(),
-                    kind: "op",
-                    base_object_class: None,
-                    leaf_object_class: None,
-                    wb_user_id: Some(user.to_owned()),
-                })
-                .await?;
-        }
+        self.state.sink.write_ops(op::placeholder_writes(&missing, Some(user))).await?;
         let mut known = self.known_ops.lock().expect("not poisoned");
         if known.len() + missing.len() > KNOWN_OPS_LIMIT {
             known.clear();

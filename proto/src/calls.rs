@@ -1,6 +1,7 @@
-//! Calls: request bodies as the SDK sends them (CONTRACT §5, §14.1–14.2), the normalised
-//! [`CallPart`] every write path produces, the [`Call`] row every read path returns, and the
-//! field catalog of the query language.
+//! Calls: request bodies as the SDK sends them (docs/api/calls.md,
+//! docs/api/calls.md#complete-calls-v2, docs/api/calls.md#start-and-end-v2), the normalised
+//! [`CallPart`] every write path produces, the [`Call`] row every read path returns, and the field
+//! catalog of the query language.
 
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -9,8 +10,8 @@ use serde_json::{Map, Value};
 use crate::ProtoError;
 use crate::ids::{ProjectId, new_call_id};
 use crate::limits;
-use crate::query::{Catalog, SortBy, ValueType, split_path};
 use crate::time::Micros;
+use heddle_ql::{Catalog, SortBy, ValueType, split_path};
 
 // ---------------------------------------------------------------------------------------------
 // Requests
@@ -115,7 +116,8 @@ pub struct CallReadReq {
     pub id: String,
 }
 
-/// CONTRACT §5.10. Lists are OR, fields are AND; `None` means no constraint.
+/// The calls filter (docs/api/calls.md#calls-filter). Lists are OR, fields are AND; `None` means no
+/// constraint.
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct CallsFilter {
     pub op_names: Option<Vec<String>>,
@@ -132,6 +134,36 @@ pub struct CallsFilter {
 }
 
 impl CallsFilter {
+    /// The column memberships the filter asks for, as `(column, values)`. An empty list means
+    /// no constraint, except for thread and turn ids, where the reference server matches
+    /// nothing.
+    pub fn memberships(&self) -> impl Iterator<Item = (&'static str, &[String])> {
+        [
+            ("parent_id", &self.parent_ids, false),
+            ("trace_id", &self.trace_ids, false),
+            ("id", &self.call_ids, false),
+            ("wb_user_id", &self.wb_user_ids, false),
+            ("wb_run_id", &self.wb_run_ids, false),
+            ("thread_id", &self.thread_ids, true),
+            ("turn_id", &self.turn_ids, true),
+        ]
+        .into_iter()
+        .filter_map(|(col, list, empty_matches_nothing)| match list {
+            Some(l) if !l.is_empty() || empty_matches_nothing => Some((col, l.as_slice())),
+            _ => None,
+        })
+    }
+
+    /// `op_names` as exact names and the prefixes of `:*` wildcards (up to the `:`), or `None`
+    /// when it is absent or empty (no constraint).
+    pub fn op_name_patterns(&self) -> Option<(Vec<String>, Vec<&str>)> {
+        let ops = self.op_names.as_ref().filter(|o| !o.is_empty())?;
+        let (wild, exact): (Vec<&String>, Vec<&String>) =
+            ops.iter().partition(|o| o.ends_with(":*"));
+        let prefixes = wild.into_iter().map(|w| &w[..w.len() - 1]).collect();
+        Some((exact.into_iter().cloned().collect(), prefixes))
+    }
+
     /// At most [`limits::MAX_FILTER_IDS`] values in all lists together: each is a bound
     /// parameter of the query.
     pub fn check(&self) -> Result<(), ProtoError> {
@@ -164,8 +196,8 @@ impl CallsFilter {
 pub struct CallsQueryReq {
     pub project_id: ProjectId,
     pub filter: Option<CallsFilter>,
-    pub query: Option<crate::query::Query>,
-    #[serde(default, deserialize_with = "crate::query::sort_list")]
+    pub query: Option<heddle_ql::Query>,
+    #[serde(default, deserialize_with = "heddle_ql::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
@@ -265,7 +297,8 @@ fn to_json<T: Serialize>(v: &T) -> String {
 }
 
 impl StartedCall {
-    /// Validates and normalises; generates the id and trace id when absent (CONTRACT §5.1).
+    /// Validates and normalises; generates the id and trace id when absent
+    /// (docs/api/calls.md#start-a-call).
     pub fn into_part(self, wb_user_id: Option<&str>) -> Result<CallPart, ProtoError> {
         let id = self.id.filter(|s| !s.is_empty()).unwrap_or_else(new_call_id);
         let trace_id = self.trace_id.filter(|s| !s.is_empty()).unwrap_or_else(new_call_id);
@@ -364,8 +397,9 @@ impl UpsertItem {
 // ---------------------------------------------------------------------------------------------
 // The read record
 
-/// A call row as returned by `/call/read` and `/calls/stream_query` (CONTRACT §5.9). Stored JSON
-/// members pass through as raw text; only `summary` is rebuilt (derived `weave` block).
+/// A call row as returned by `/call/read` and `/calls/stream_query`
+/// (docs/api/calls.md#call-object). Stored JSON members pass through as raw text; only `summary` is
+/// rebuilt (derived `weave` block).
 #[derive(Debug, Serialize)]
 pub struct Call {
     pub id: String,
@@ -395,7 +429,7 @@ pub struct Call {
     pub total_storage_size_bytes: Option<i64>,
 }
 
-/// `summary.weave.status` (CONTRACT §5.9).
+/// `summary.weave.status` (docs/api/calls.md#call-object).
 pub fn derive_status(exception: bool, ended: bool, summary: &Value) -> &'static str {
     let errors = summary.pointer("/status_counts/error").and_then(Value::as_f64).unwrap_or(0.0);
     if exception {
@@ -483,6 +517,29 @@ pub enum CallColumn {
 }
 
 impl CallColumn {
+    /// The column's name in both backends' call tables.
+    pub fn name(self) -> &'static str {
+        use CallColumn::*;
+        match self {
+            Id => "id",
+            ProjectId => "project_id",
+            OpName => "op_name",
+            DisplayName => "display_name",
+            TraceId => "trace_id",
+            ParentId => "parent_id",
+            ThreadId => "thread_id",
+            TurnId => "turn_id",
+            Exception => "exception",
+            WbUserId => "wb_user_id",
+            WbRunId => "wb_run_id",
+            WbRunStep => "wb_run_step",
+            WbRunStepEnd => "wb_run_step_end",
+            StartedAt => "started_at",
+            EndedAt => "ended_at",
+            DeletedAt => "deleted_at",
+        }
+    }
+
     fn parse(name: &str) -> Option<CallColumn> {
         use CallColumn::*;
         Some(match name {
@@ -529,13 +586,23 @@ pub enum JsonRoot {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CallField {
     Column(CallColumn),
-    /// A path into a JSON member; string semantics (CONTRACT §2). Empty path = the member.
+    /// A path into a JSON member; string semantics (docs/api/query.md#typing). Empty path = the
+    /// member.
     Json(JsonRoot, Vec<String>),
     Status,
     LatencyMs,
     TraceName,
-    /// `feedback.[<type>].…`: the call's feedback (CONTRACT §2).
+    /// `feedback.[<type>].…`: the call's feedback (docs/api/query.md#calls-fields).
     Feedback(FeedbackSel),
+}
+
+impl heddle_ql::sql::FieldKind for CallField {
+    fn is_json(&self) -> bool {
+        matches!(self, CallField::Json(..) | CallField::Feedback(_))
+    }
+    fn is_json_path(&self) -> bool {
+        matches!(self, CallField::Json(..))
+    }
 }
 
 /// A value from the feedback on a call (rows whose `weave_ref` is the call's ref): of the rows
@@ -587,6 +654,7 @@ pub struct CallCatalog;
 
 impl Catalog for CallCatalog {
     type Field = CallField;
+    type Error = ProtoError;
 
     fn resolve(&self, name: &str) -> Result<(CallField, ValueType), ProtoError> {
         if let Some(col) = CallColumn::parse(name) {
@@ -738,9 +806,9 @@ mod tests {
 pub struct CallsQuery {
     pub project: ProjectId,
     pub filter: CallsFilter,
-    pub expr: Option<crate::query::TExpr<CallField>>,
+    pub expr: Option<heddle_ql::TExpr<CallField>>,
     /// Always ends with `id` so paging is deterministic.
-    pub sort: Vec<(CallField, crate::query::Direction)>,
+    pub sort: Vec<(CallField, heddle_ql::Direction)>,
     pub limit: Option<u64>,
     pub offset: u64,
     /// Which large JSON members to return; `None` = all.
@@ -759,7 +827,7 @@ pub struct Columns {
 impl CallsQueryReq {
     /// The query as SQL sees it; `expand_columns` play no part (see [`CallsQueryReq::plan`]).
     pub fn validate(self) -> Result<CallsQuery, ProtoError> {
-        use crate::query::Direction;
+        use heddle_ql::Direction;
         let expr = self.query.as_ref().map(|q| q.typed(&CallCatalog)).transpose()?;
         if let Some(f) = &self.filter {
             f.check()?;

@@ -1,5 +1,5 @@
 //! Canonical JSON: a byte-for-byte reproduction of Python's `json.dumps(value, sort_keys=True)`
-//! with default settings (CONTRACT §1.6). Object and table-row digests hash this text, so any
+//! with default settings (docs/api/digests.md). Object and table-row digests hash this text, so any
 //! deviation changes every digest the server hands out.
 //!
 //! Rules: separators `", "` / `": "`; object keys sorted by code point, recursively;

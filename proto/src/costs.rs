@@ -1,5 +1,6 @@
-//! Costs (CONTRACT §6, §5.9): the `/cost/*` request bodies, the stored price row, the query
-//! language over prices, and the derived `summary.weave.costs` of a call.
+//! Costs (docs/api/costs.md, docs/api/calls.md#call-object): the `/cost/*` request bodies, the
+//! stored price row, the query language over prices, and the derived `summary.weave.costs` of a
+//! call.
 //!
 //! Prices are few per project (one row per model and effective date), so `/cost/query` and
 //! `/cost/purge` load a project's prices and evaluate the query here, in Rust, identically for
@@ -7,18 +8,14 @@
 //! computed after a page of calls is fetched, with the prices loaded once per request
 //! ([`PriceBook`]): project prices override the built-in table `data/prices.json`.
 
-use std::collections::HashMap;
-use std::sync::LazyLock;
-
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
 use crate::ProtoError;
 use crate::ids::ProjectId;
-use crate::query::{
-    Catalog, CmpOp, ConvertTo, Direction, Lit, Query, SortBy, TExpr, TOperand, ValueType,
-};
 use crate::time::Micros;
+use heddle_ql::eval::{Cell, Row, Val, eval, sort_rows};
+use heddle_ql::{Catalog, CmpOp, Direction, Query, SortBy, TExpr, ValueType};
 
 // ---------------------------------------------------------------------------------------------
 // Requests
@@ -47,7 +44,7 @@ pub struct CostQueryReq {
     pub project_id: ProjectId,
     pub fields: Option<Vec<String>>,
     pub query: Option<Query>,
-    #[serde(default, deserialize_with = "crate::query::sort_list")]
+    #[serde(default, deserialize_with = "heddle_ql::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
@@ -179,6 +176,7 @@ pub struct CostCatalog;
 
 impl Catalog for CostCatalog {
     type Field = CostField;
+    type Error = ProtoError;
     fn resolve(&self, name: &str) -> Result<(CostField, ValueType), ProtoError> {
         COST_FIELDS
             .iter()
@@ -188,36 +186,29 @@ impl Catalog for CostCatalog {
     }
 }
 
-/// A value during evaluation. Comparisons involving `Null` are false (SQL semantics).
-#[derive(Debug, Clone, PartialEq)]
-enum V {
-    Null,
-    Str(String),
-    Num(f64),
-    Bool(bool),
+impl Row<CostField> for CostRecord {
+    fn cell(&self, f: &CostField) -> Cell<'_> {
+        use CostField::*;
+        Cell::Val(match f {
+            Id => Val::Str(self.id.clone()),
+            LlmId => Val::Str(self.llm_id.clone()),
+            ProviderId => Val::Str(self.provider_id.clone()),
+            PromptTokenCost => Val::Float(self.prompt_token_cost),
+            CompletionTokenCost => Val::Float(self.completion_token_cost),
+            PromptTokenCostUnit => Val::Str(self.prompt_token_cost_unit.clone()),
+            CompletionTokenCostUnit => Val::Str(self.completion_token_cost_unit.clone()),
+            CacheReadInputTokenCost => Val::Float(self.cache_read_input_token_cost),
+            CacheCreationInputTokenCost => Val::Float(self.cache_creation_input_token_cost),
+            EffectiveDate => Val::Int(self.effective_date.0),
+            CreatedAt => Val::Int(self.created_at.0),
+            CreatedBy => self.created_by.clone().map_or(Val::Null, Val::Str),
+            PricingLevel => Val::Str("project".into()),
+            PricingLevelId => Val::Str(self.project.as_str().to_owned()),
+        })
+    }
 }
 
 impl CostRecord {
-    fn get(&self, f: CostField) -> V {
-        use CostField::*;
-        match f {
-            Id => V::Str(self.id.clone()),
-            LlmId => V::Str(self.llm_id.clone()),
-            ProviderId => V::Str(self.provider_id.clone()),
-            PromptTokenCost => V::Num(self.prompt_token_cost),
-            CompletionTokenCost => V::Num(self.completion_token_cost),
-            PromptTokenCostUnit => V::Str(self.prompt_token_cost_unit.clone()),
-            CompletionTokenCostUnit => V::Str(self.completion_token_cost_unit.clone()),
-            CacheReadInputTokenCost => V::Num(self.cache_read_input_token_cost),
-            CacheCreationInputTokenCost => V::Num(self.cache_creation_input_token_cost),
-            EffectiveDate => V::Num(self.effective_date.0 as f64),
-            CreatedAt => V::Num(self.created_at.0 as f64),
-            CreatedBy => self.created_by.clone().map_or(V::Null, V::Str),
-            PricingLevel => V::Str("project".into()),
-            PricingLevelId => V::Str(self.project.as_str().to_owned()),
-        }
-    }
-
     /// The row as `/cost/query` returns it (all fields, or those named in `fields`).
     pub fn to_json(&self, fields: Option<&[CostField]>) -> Value {
         let mut m = Map::new();
@@ -228,99 +219,17 @@ impl CostRecord {
             let v = match f {
                 CostField::EffectiveDate => json!(self.effective_date),
                 CostField::CreatedAt => json!(self.created_at),
-                other => match self.get(*other) {
-                    V::Null => Value::Null,
-                    V::Str(s) => Value::String(s),
-                    V::Num(x) => json!(x),
-                    V::Bool(b) => Value::Bool(b),
+                other => match self.cell(other) {
+                    Cell::Val(Val::Str(s)) => Value::String(s),
+                    Cell::Val(Val::Float(x)) => json!(x),
+                    Cell::Val(Val::Int(x)) => json!(x),
+                    Cell::Val(Val::Bool(b)) => Value::Bool(b),
+                    Cell::Val(Val::Null) | Cell::Json(_) => Value::Null,
                 },
             };
             m.insert((*name).to_owned(), v);
         }
         Value::Object(m)
-    }
-}
-
-fn eval(e: &TExpr<CostField>, r: &CostRecord) -> bool {
-    match e {
-        TExpr::And(xs) => xs.iter().all(|x| eval(x, r)),
-        TExpr::Or(xs) => xs.iter().any(|x| eval(x, r)),
-        TExpr::Not(x) => !eval(x, r),
-        TExpr::Cmp(op, a, b) => compare(*op, &operand(a, r), &operand(b, r)),
-        TExpr::IsNull(a) => operand(a, r) == V::Null,
-        TExpr::In(a, bs) => {
-            let a = operand(a, r);
-            bs.iter().any(|b| compare(CmpOp::Eq, &a, &operand(b, r)))
-        }
-        TExpr::Contains { input, substr, case_insensitive } => {
-            match (operand(input, r), operand(substr, r)) {
-                (V::Str(i), V::Str(s)) if *case_insensitive => {
-                    i.to_lowercase().contains(&s.to_lowercase())
-                }
-                (V::Str(i), V::Str(s)) => i.contains(&s),
-                _ => false,
-            }
-        }
-    }
-}
-
-fn compare(op: CmpOp, a: &V, b: &V) -> bool {
-    use std::cmp::Ordering;
-    let ord = match (a, b) {
-        (V::Str(x), V::Str(y)) => x.cmp(y),
-        (V::Num(x), V::Num(y)) => match x.partial_cmp(y) {
-            Some(o) => o,
-            None => return false,
-        },
-        (V::Bool(x), V::Bool(y)) => x.cmp(y),
-        _ => return false,
-    };
-    match op {
-        CmpOp::Eq => ord == Ordering::Equal,
-        CmpOp::Gt => ord == Ordering::Greater,
-        CmpOp::Gte => ord != Ordering::Less,
-        CmpOp::Lt => ord == Ordering::Less,
-        CmpOp::Lte => ord != Ordering::Greater,
-    }
-}
-
-fn operand(o: &TOperand<CostField>, r: &CostRecord) -> V {
-    match o {
-        TOperand::Lit(l) => match l {
-            Lit::Str(s) => V::Str(s.clone()),
-            Lit::Int(i) | Lit::Micros(i) => V::Num(*i as f64),
-            Lit::Float(f) => V::Num(*f),
-            Lit::Bool(b) => V::Bool(*b),
-        },
-        TOperand::Field(f) => r.get(*f),
-        TOperand::Expr(e) => V::Bool(eval(e, r)),
-        TOperand::Convert(inner, from, to) => {
-            let v = operand(inner, r);
-            match (to, v) {
-                (ConvertTo::Exists, v) => V::Bool(v != V::Null),
-                (_, V::Null) => V::Null,
-                (ConvertTo::Double, V::Num(x)) => V::Num(x),
-                (ConvertTo::Int, V::Num(x)) => V::Num(x.trunc()),
-                (ConvertTo::Double | ConvertTo::Int, V::Str(s)) => s
-                    .trim()
-                    .parse::<f64>()
-                    .map_or(V::Null, |x| V::Num(if *to == ConvertTo::Int { x.trunc() } else { x })),
-                (ConvertTo::Double | ConvertTo::Int, V::Bool(b)) => V::Num(b as u8 as f64),
-                (ConvertTo::Bool, V::Bool(b)) => V::Bool(b),
-                (ConvertTo::Bool, V::Num(x)) => V::Bool(x != 0.0),
-                (ConvertTo::Bool, V::Str(s)) => match s.as_str() {
-                    "true" | "1" => V::Bool(true),
-                    "false" | "0" => V::Bool(false),
-                    _ => V::Null,
-                },
-                (ConvertTo::String, V::Str(s)) => V::Str(s),
-                (ConvertTo::String, V::Bool(b)) => V::Str(b.to_string()),
-                (ConvertTo::String, V::Num(x)) if *from == ValueType::Timestamp => {
-                    V::Str(Micros(x as i64).to_rfc3339())
-                }
-                (ConvertTo::String, V::Num(x)) => V::Str(x.to_string()),
-            }
-        }
     }
 }
 
@@ -374,25 +283,10 @@ impl CostQueryReq {
 impl CostsQuery {
     /// Filters, sorts and pages a project's prices.
     pub fn apply(&self, mut rows: Vec<CostRecord>) -> Vec<Value> {
-        rows.retain(|r| r.project == self.project && self.expr.as_ref().is_none_or(|e| eval(e, r)));
-        rows.sort_by(|a, b| {
-            for (f, dir) in &self.sort {
-                let ord = match (a.get(*f), b.get(*f)) {
-                    (V::Str(x), V::Str(y)) => x.cmp(&y),
-                    (V::Num(x), V::Num(y)) => x.total_cmp(&y),
-                    (V::Null, V::Null) => std::cmp::Ordering::Equal,
-                    // NULLs last in both directions.
-                    (V::Null, _) => return std::cmp::Ordering::Greater,
-                    (_, V::Null) => return std::cmp::Ordering::Less,
-                    _ => std::cmp::Ordering::Equal,
-                };
-                let ord = if *dir == Direction::Desc { ord.reverse() } else { ord };
-                if ord.is_ne() {
-                    return ord;
-                }
-            }
-            std::cmp::Ordering::Equal
+        rows.retain(|r| {
+            r.project == self.project && self.expr.as_ref().is_none_or(|e| eval(e, r) == Some(true))
         });
+        sort_rows(&mut rows, &self.sort);
         let limit = self.limit.unwrap_or(u64::MAX) as usize;
         rows.iter()
             .skip(self.offset as usize)
@@ -403,9 +297,9 @@ impl CostsQuery {
 }
 
 /// The ids a `/cost/purge` query names. Like the real server, only `$eq`/`$in` on `id` and
-/// `$or`s of those are accepted (CONTRACT §2); anything else is a 400.
+/// `$or`s of those are accepted (docs/api/query.md#purge-queries); anything else is a 400.
 pub fn purge_ids(q: &Query) -> Result<Vec<String>, ProtoError> {
-    use crate::query::{Expr, Operand};
+    use heddle_ql::{Expr, Operand};
     fn lit_str(o: &Operand) -> Option<String> {
         match o {
             Operand::Literal(Value::String(s)) => Some(s.clone()),
@@ -445,184 +339,6 @@ pub fn purge_ids(q: &Query) -> Result<Vec<String>, ProtoError> {
     Ok(out)
 }
 
-// ---------------------------------------------------------------------------------------------
-// Call costs
-
-/// Where a price comes from: the project, or the built-in table.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
-enum Level {
-    Project,
-    Default,
-}
-
-#[derive(Debug, Clone)]
-struct Price {
-    level: Level,
-    record: CostRecord,
-}
-
-/// The built-in price table, `data/prices.json` (per million tokens, USD).
-#[derive(Deserialize)]
-struct PriceFile {
-    prices: Vec<PriceEntry>,
-}
-
-#[derive(Deserialize)]
-struct PriceEntry {
-    llm_id: String,
-    provider_id: String,
-    effective_date: String,
-    input: f64,
-    output: f64,
-    #[serde(default)]
-    cache_read: f64,
-    #[serde(default)]
-    cache_write: f64,
-}
-
-static BUILTIN: LazyLock<Vec<CostRecord>> = LazyLock::new(|| {
-    let file: PriceFile = serde_json::from_str(include_str!("../data/prices.json"))
-        .expect("data/prices.json is valid (checked by a test)");
-    let project = ProjectId::parse("default/default").expect("valid");
-    file.prices
-        .into_iter()
-        .map(|p| {
-            let effective_date = Micros::parse_loose(&Value::String(p.effective_date.clone()))
-                .expect("data/prices.json dates are valid (checked by a test)");
-            CostRecord {
-                id: format!("default:{}:{}", p.llm_id, p.effective_date),
-                project: project.clone(),
-                llm_id: p.llm_id,
-                provider_id: p.provider_id,
-                prompt_token_cost: p.input / 1e6,
-                completion_token_cost: p.output / 1e6,
-                prompt_token_cost_unit: "USD".into(),
-                completion_token_cost_unit: "USD".into(),
-                cache_read_input_token_cost: p.cache_read / 1e6,
-                cache_creation_input_token_cost: p.cache_write / 1e6,
-                effective_date,
-                created_at: effective_date,
-                created_by: Some("system".into()),
-            }
-        })
-        .collect()
-});
-
-/// The prices that apply to one project's calls: its own, then the built-in defaults.
-#[derive(Debug, Clone, Default)]
-pub struct PriceBook {
-    by_llm: HashMap<String, Vec<Price>>,
-}
-
-impl PriceBook {
-    pub fn new(project_prices: Vec<CostRecord>) -> PriceBook {
-        let mut by_llm: HashMap<String, Vec<Price>> = HashMap::new();
-        let all = project_prices
-            .into_iter()
-            .map(|record| Price { level: Level::Project, record })
-            .chain(BUILTIN.iter().map(|r| Price { level: Level::Default, record: r.clone() }));
-        for p in all {
-            by_llm.entry(p.record.llm_id.clone()).or_default().push(p);
-        }
-        // Best first: project before default, then the newest effective date.
-        for prices in by_llm.values_mut() {
-            prices.sort_by(|a, b| {
-                a.level
-                    .cmp(&b.level)
-                    .then(b.record.effective_date.cmp(&a.record.effective_date))
-                    .then(b.record.created_at.cmp(&a.record.created_at))
-            });
-        }
-        PriceBook { by_llm }
-    }
-
-    /// The price of `llm_id` for a call started at `at`: the best level that has a price
-    /// effective at `at`, and within it the newest such price.
-    fn price(&self, llm_id: &str, at: Micros) -> Option<&Price> {
-        self.by_llm.get(llm_id)?.iter().find(|p| p.record.effective_date <= at)
-    }
-
-    /// `summary.weave.costs` for a call's `summary.usage`, or `None` when no model in it has a
-    /// price. Token keys: `prompt_tokens`/`input_tokens`, `completion_tokens`/`output_tokens`,
-    /// `cache_read_input_tokens`, `cache_creation_input_tokens` (Anthropic: counted apart from
-    /// the input tokens) and OpenAI's `prompt_tokens_details.cached_tokens` (a part of the prompt
-    /// tokens, billed at the cache-read price when there is one).
-    pub fn costs(&self, usage: &Value, started_at: Micros) -> Option<Value> {
-        let usage = usage.as_object()?;
-        let mut out = Map::new();
-        for (llm_id, u) in usage {
-            let Some(price) = self.price(llm_id, started_at) else { continue };
-            let int = |k: &str| u.get(k).and_then(Value::as_f64).unwrap_or(0.0).max(0.0);
-            let prompt = int("prompt_tokens") + int("input_tokens");
-            let completion = int("completion_tokens") + int("output_tokens");
-            let cache_read = int("cache_read_input_tokens");
-            let cache_creation = int("cache_creation_input_tokens");
-            let cached_part = ["prompt_tokens_details", "input_tokens_details"]
-                .iter()
-                .filter_map(|k| u.get(*k)?.get("cached_tokens")?.as_f64())
-                .sum::<f64>()
-                .clamp(0.0, prompt);
-            let r = &price.record;
-            let (uncached, cached_at) = if r.cache_read_input_token_cost > 0.0 {
-                (prompt - cached_part, cached_part)
-            } else {
-                (prompt, 0.0)
-            };
-            let prompt_total = uncached * r.prompt_token_cost
-                + (cached_at + cache_read) * r.cache_read_input_token_cost
-                + cache_creation * r.cache_creation_input_token_cost;
-            let mut row = Map::new();
-            row.insert("prompt_tokens".into(), json!(prompt as i64));
-            row.insert("completion_tokens".into(), json!(completion as i64));
-            row.insert("requests".into(), json!(int("requests") as i64));
-            row.insert("total_tokens".into(), json!(int("total_tokens") as i64));
-            for k in ["input_tokens", "output_tokens"] {
-                if let Some(v) = u.get(k) {
-                    row.insert(k.into(), v.clone());
-                }
-            }
-            row.insert("cache_read_input_tokens".into(), json!(cache_read as i64));
-            row.insert("cache_creation_input_tokens".into(), json!(cache_creation as i64));
-            row.insert("prompt_tokens_total_cost".into(), json!(prompt_total));
-            row.insert(
-                "completion_tokens_total_cost".into(),
-                json!(completion * r.completion_token_cost),
-            );
-            row.insert("prompt_token_cost".into(), json!(r.prompt_token_cost));
-            row.insert("completion_token_cost".into(), json!(r.completion_token_cost));
-            row.insert("cache_read_input_token_cost".into(), json!(r.cache_read_input_token_cost));
-            row.insert(
-                "cache_creation_input_token_cost".into(),
-                json!(r.cache_creation_input_token_cost),
-            );
-            row.insert("prompt_token_cost_unit".into(), json!(r.prompt_token_cost_unit));
-            row.insert("completion_token_cost_unit".into(), json!(r.completion_token_cost_unit));
-            row.insert("effective_date".into(), json!(r.effective_date));
-            row.insert("provider_id".into(), json!(r.provider_id));
-            let (level, level_id) = match price.level {
-                Level::Project => ("project", r.project.as_str()),
-                Level::Default => ("default", "default"),
-            };
-            row.insert("pricing_level".into(), json!(level));
-            row.insert("pricing_level_id".into(), json!(level_id));
-            row.insert("created_at".into(), json!(r.created_at));
-            row.insert("created_by".into(), json!(r.created_by));
-            out.insert(llm_id.clone(), Value::Object(row));
-        }
-        (!out.is_empty()).then_some(Value::Object(out))
-    }
-
-    /// Adds `summary.weave.costs` to a derived summary (see [`crate::calls::derive_summary`]).
-    pub fn add_costs(&self, summary: &mut Value, started_at: Micros) {
-        let Some(costs) = summary.get("usage").and_then(|u| self.costs(u, started_at)) else {
-            return;
-        };
-        if let Some(weave) = summary.get_mut("weave").and_then(Value::as_object_mut) {
-            weave.insert("costs".into(), costs);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -647,57 +363,6 @@ mod tests {
             created_at: Micros(0),
             created_by: None,
         }
-    }
-
-    #[test]
-    fn builtin_table_loads_with_cache_prices() {
-        assert!(BUILTIN.len() > 20);
-        let sonnet = BUILTIN.iter().find(|r| r.llm_id == "claude-3-5-sonnet-20241022").unwrap();
-        assert!(sonnet.cache_read_input_token_cost > 0.0);
-        assert!(sonnet.cache_creation_input_token_cost > sonnet.prompt_token_cost);
-    }
-
-    #[test]
-    fn newest_effective_price_at_call_start_wins_and_project_beats_default() {
-        let book = PriceBook::new(vec![
-            record("old", "m", "2024-01-01", 1.0),
-            record("new", "m", "2025-01-01", 10.0),
-            record("gpt", "gpt-4o", "2020-01-01", 100.0),
-        ]);
-        let usage = json!({"m": {"prompt_tokens": 2, "completion_tokens": 3, "requests": 1},
-                           "gpt-4o": {"input_tokens": 1, "output_tokens": 1},
-                           "unknown-model": {"prompt_tokens": 5}});
-        let at = |d: &str| Micros::parse_loose(&json!(d)).unwrap();
-        let c = book.costs(&usage, at("2024-06-01")).unwrap();
-        assert_eq!(c["m"]["prompt_tokens_total_cost"], json!(2.0));
-        assert_eq!(c["m"]["completion_tokens_total_cost"], json!(6.0));
-        assert_eq!(c["m"]["pricing_level"], json!("project"));
-        assert_eq!(c["gpt-4o"]["prompt_token_cost"], json!(100.0), "project overrides default");
-        assert!(c.get("unknown-model").is_none());
-        let c = book.costs(&usage, at("2025-06-01")).unwrap();
-        assert_eq!(c["m"]["prompt_tokens_total_cost"], json!(20.0));
-        // Before any project price of m: no cost for m (no default price for it either).
-        let c = book.costs(&usage, at("2023-01-01"));
-        assert!(c.is_none_or(|c| c.get("m").is_none()));
-    }
-
-    #[test]
-    fn cache_tokens_are_billed_at_cache_prices() {
-        let mut r = record("c", "m", "2024-01-01", 1.0);
-        r.cache_read_input_token_cost = 0.1;
-        r.cache_creation_input_token_cost = 1.25;
-        let book = PriceBook::new(vec![r]);
-        let at = Micros::parse_loose(&json!("2025-01-01")).unwrap();
-        let anthropic = json!({"m": {"input_tokens": 10, "output_tokens": 1,
-            "cache_read_input_tokens": 100, "cache_creation_input_tokens": 4}});
-        let c = book.costs(&anthropic, at).unwrap();
-        let total = c["m"]["prompt_tokens_total_cost"].as_f64().unwrap();
-        assert!((total - (10.0 + 10.0 + 5.0)).abs() < 1e-9, "{total}");
-        let openai = json!({"m": {"prompt_tokens": 10, "completion_tokens": 1,
-            "prompt_tokens_details": {"cached_tokens": 4}}});
-        let total =
-            book.costs(&openai, at).unwrap()["m"]["prompt_tokens_total_cost"].as_f64().unwrap();
-        assert!((total - (6.0 + 0.4)).abs() < 1e-9, "{total}");
     }
 
     #[test]

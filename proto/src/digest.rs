@@ -1,4 +1,4 @@
-//! Content digests (CONTRACT §1.6), identical to the ones the Weave SDK and server compute.
+//! Content digests (docs/api/digests.md), identical to the ones the Weave SDK and server compute.
 //!
 //! - file / string / object / table-row digests: SHA-256 → URL-safe base64 with `-` → `X`,
 //!   `_` → `Y` and no padding (43 chars, alphanumeric);

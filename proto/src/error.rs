@@ -22,3 +22,13 @@ impl ProtoError {
 }
 
 pub type Result<T, E = ProtoError> = std::result::Result<T, E>;
+
+/// Query errors keep their status: invalid is a 400, forbidden a 403.
+impl From<heddle_ql::QlError> for ProtoError {
+    fn from(e: heddle_ql::QlError) -> Self {
+        match e {
+            heddle_ql::QlError::Invalid(m) => ProtoError::Invalid(m),
+            heddle_ql::QlError::Forbidden(m) => ProtoError::Forbidden(m),
+        }
+    }
+}

@@ -1,6 +1,6 @@
-//! Feedback (CONTRACT §7, §14.3): request bodies, the normalised [`NewFeedback`] every write
-//! path stores, the [`StoredFeedback`] row reads return, the feedback field catalog of the
-//! query language, and the id-only query `/feedback/purge` accepts.
+//! Feedback (docs/api/feedback.md, docs/api/feedback.md#batch-create-feedback): request bodies, the
+//! normalised [`NewFeedback`] every write path stores, the [`StoredFeedback`] row reads return, the
+//! feedback field catalog of the query language, and the id-only query `/feedback/purge` accepts.
 
 use std::collections::BTreeMap;
 
@@ -9,10 +9,10 @@ use serde_json::{Map, Value};
 
 use crate::ProtoError;
 use crate::ids::ProjectId;
-use crate::query::{
+use crate::time::Micros;
+use heddle_ql::{
     Catalog, CmpOp, Direction, Expr, Operand, Query, SortBy, TExpr, ValueType, split_path,
 };
-use crate::time::Micros;
 
 /// Largest stored payload (JSON text), as the reference server caps it.
 pub const MAX_PAYLOAD_BYTES: usize = 1 << 20;
@@ -23,7 +23,7 @@ pub const MAX_BATCH: usize = 1000;
 // ---------------------------------------------------------------------------------------------
 // Requests
 
-/// `FeedbackCreate` (CONTRACT §7). Unknown keys are ignored; `null` means absent.
+/// `FeedbackCreate` (docs/api/feedback.md). Unknown keys are ignored; `null` means absent.
 #[derive(Debug, Clone, Deserialize)]
 pub struct FeedbackCreateReq {
     pub project_id: ProjectId,
@@ -68,7 +68,7 @@ pub struct FeedbackQueryReq {
     pub project_id: ProjectId,
     pub fields: Option<Vec<String>>,
     pub query: Option<Query>,
-    #[serde(default, deserialize_with = "crate::query::sort_list")]
+    #[serde(default, deserialize_with = "heddle_ql::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
@@ -312,8 +312,9 @@ fn ref_project(uri: &str) -> Result<ProjectId, ProtoError> {
 }
 
 impl FeedbackCreateReq {
-    /// Validates and normalises (CONTRACT §7): the target ref must be in the request's project,
-    /// the payload at most [`MAX_PAYLOAD_BYTES`]; the client id is kept, else a new one is made.
+    /// Validates and normalises (docs/api/feedback.md): the target ref must be in the request's
+    /// project, the payload at most [`MAX_PAYLOAD_BYTES`]; the client id is kept, else a new one is
+    /// made.
     pub fn into_new(self, wb_user_id: &str, now: Micros) -> Result<NewFeedback, CreateError> {
         let target = ref_project(&self.weave_ref)?;
         if target != self.project_id {
@@ -446,8 +447,17 @@ impl FeedbackColumn {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum FeedbackField {
     Column(FeedbackColumn),
-    /// A path into the payload; string semantics (CONTRACT §2).
+    /// A path into the payload; string semantics (docs/api/query.md#typing).
     Payload(Vec<String>),
+}
+
+impl heddle_ql::sql::FieldKind for FeedbackField {
+    fn is_json(&self) -> bool {
+        matches!(self, FeedbackField::Payload(_))
+    }
+    fn is_json_path(&self) -> bool {
+        self.is_json()
+    }
 }
 
 /// Path segments must be non-empty and free of characters the dialects quote with.
@@ -464,6 +474,7 @@ pub struct FeedbackCatalog;
 
 impl Catalog for FeedbackCatalog {
     type Field = FeedbackField;
+    type Error = ProtoError;
 
     fn resolve(&self, name: &str) -> Result<(FeedbackField, ValueType), ProtoError> {
         if let Some(c) = FeedbackColumn::parse(name) {

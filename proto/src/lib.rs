@@ -1,18 +1,16 @@
 //! heddle's wire vocabulary: the request/response types of the Weave trace-server API, the
-//! query-language AST, refs and digests. Pure code with no I/O, shared by every role and backend.
+//! query-language catalogs, refs and digests. Pure code with no I/O, shared by every role and backend.
 
 pub mod calls;
 pub mod canonical;
 pub mod costs;
 pub mod digest;
 pub mod error;
-pub mod expand;
 pub mod feedback;
 pub mod ids;
 pub mod limits;
 pub mod objects;
 pub mod otlp;
-pub mod query;
 pub mod record;
 pub mod refs;
 pub mod tables;

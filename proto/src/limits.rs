@@ -31,17 +31,10 @@ pub const MAX_ATTRIBUTE_KEY_SEGMENTS: usize = 32;
 
 /// `expand_columns` in one calls query.
 pub const MAX_EXPAND_COLUMNS: usize = 64;
-/// Dot-separated segments of one expand column or query field path.
-pub const MAX_PATH_SEGMENTS: usize = 64;
-
-/// Terms of one query expression (every operator and operand counted once).
-pub const MAX_QUERY_TERMS: usize = 1000;
-/// Entries of a `sort_by`.
-pub const MAX_SORT_TERMS: usize = 32;
-/// Nesting of one query expression (`$and` in `$or` in `$not` ...).
-pub const MAX_QUERY_DEPTH: usize = 32;
-/// Longest literal or field name in a query, in bytes.
-pub const MAX_QUERY_STRING_BYTES: usize = 64 * 1024;
+/// The query language's own bounds (path segments, terms, sort terms, depth, string bytes).
+pub use heddle_ql::limits::{
+    MAX_PATH_SEGMENTS, MAX_QUERY_DEPTH, MAX_QUERY_STRING_BYTES, MAX_QUERY_TERMS, MAX_SORT_TERMS,
+};
 /// Ids in one id-list filter (`call_ids`, `trace_ids`, `parent_ids`, ...), together.
 pub const MAX_FILTER_IDS: usize = 10_000;
 

@@ -1,5 +1,5 @@
-//! Objects and files (CONTRACT §8, §9): request/response shapes and the rules that derive an
-//! object's kind and classes from its value.
+//! Objects and files (docs/api/files.md, docs/api/objects.md): request/response shapes and the
+//! rules that derive an object's kind and classes from its value.
 
 mod builtin;
 mod delete;
@@ -141,7 +141,7 @@ pub fn object_kind(val: &Value) -> &'static str {
     if is_op { "op" } else { "object" }
 }
 
-/// `(base_object_class, leaf_object_class)` from `_bases`/`_class_name` (CONTRACT §9).
+/// `(base_object_class, leaf_object_class)` from `_bases`/`_class_name` (docs/api/objects.md).
 pub fn object_classes(val: &Value) -> (Option<String>, Option<String>) {
     let bases: Vec<&str> = match val.get("_bases").and_then(Value::as_array) {
         Some(b) => b.iter().filter_map(Value::as_str).collect(),

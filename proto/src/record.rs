@@ -3,12 +3,22 @@
 //! `protoc`; field numbers are the wire contract between ingest and consume: only ever add fields.
 //!
 //! ```proto
-//! message CallPartBatch { repeated CallPartRecord parts = 1; }
+//! message CallPartBatch { repeated CallPartRecord parts = 1;
+//!                         repeated FileRecord files = 2; repeated OpRecord ops = 3; }
 //! message CallPartRecord { string project_id = 1; string id = 2; optional string trace_id = 3;
 //!                          optional StartRecord start = 4; optional EndRecord end = 5;
 //!                          optional BlobRef offloaded = 6; }
 //! message BlobRef { string digest = 1; uint64 size = 2; }
+//! message FileRecord { string project_id = 1; string digest = 2; bytes content = 3; }
+//! message OpRecord { string project_id = 1; string object_id = 2; string digest = 3;
+//!                    string val = 4; optional string wb_user_id = 5; }
 //! ```
+//!
+//! **Placeholder ops.** `files` and `ops` carry the writes of [`crate::otlp::op::OpWrites`]: the
+//! placeholder op objects OTLP spans need, and their source file (docs/distributed.md,
+//! "Placeholder ops"). A record carries them, call parts, or both; the consumer stores the files
+//! and ops of a record before its parts. Records written before these fields existed simply
+//! have none.
 //!
 //! **Offloaded parts.** A part too large for a Kafka record travels as a *reference*: its whole
 //! encoded `CallPartRecord` is written to the store first, as a blob of its project named by the
@@ -23,12 +33,65 @@ use crate::ProtoError;
 use crate::calls::{CallPart, EndPart, StartPart};
 use crate::digest::bytes_digest;
 use crate::ids::ProjectId;
+use crate::otlp::op::{FileWrite, OpWrite, OpWrites};
 use crate::time::Micros;
 
 #[derive(Clone, PartialEq, Message)]
 pub struct CallPartBatch {
     #[prost(message, repeated, tag = "1")]
     pub parts: Vec<CallPartRecord>,
+    #[prost(message, repeated, tag = "2")]
+    pub files: Vec<FileRecord>,
+    #[prost(message, repeated, tag = "3")]
+    pub ops: Vec<OpRecord>,
+}
+
+/// A content-addressed file ([`FileWrite`]).
+#[derive(Clone, PartialEq, Message)]
+pub struct FileRecord {
+    #[prost(string, tag = "1")]
+    pub project_id: String,
+    #[prost(string, tag = "2")]
+    pub digest: String,
+    #[prost(bytes = "vec", tag = "3")]
+    pub content: Vec<u8>,
+}
+
+/// A content-addressed op object ([`OpWrite`]).
+#[derive(Clone, PartialEq, Message)]
+pub struct OpRecord {
+    #[prost(string, tag = "1")]
+    pub project_id: String,
+    #[prost(string, tag = "2")]
+    pub object_id: String,
+    #[prost(string, tag = "3")]
+    pub digest: String,
+    #[prost(string, tag = "4")]
+    pub val: String,
+    #[prost(string, optional, tag = "5")]
+    pub wb_user_id: Option<String>,
+}
+
+impl From<&FileWrite> for FileRecord {
+    fn from(f: &FileWrite) -> Self {
+        FileRecord {
+            project_id: f.project.as_str().to_owned(),
+            digest: f.digest.clone(),
+            content: f.content.clone(),
+        }
+    }
+}
+
+impl From<&OpWrite> for OpRecord {
+    fn from(o: &OpWrite) -> Self {
+        OpRecord {
+            project_id: o.project.as_str().to_owned(),
+            object_id: o.object_id.clone(),
+            digest: o.digest.clone(),
+            val: o.val.clone(),
+            wb_user_id: o.wb_user_id.clone(),
+        }
+    }
 }
 
 #[derive(Clone, PartialEq, Message)]
@@ -181,7 +244,19 @@ pub fn encode_parts<'a>(parts: impl IntoIterator<Item = &'a CallPart>) -> Vec<u8
 
 /// Encodes part records (inline or references) as one record value.
 pub fn encode_records(parts: impl IntoIterator<Item = CallPartRecord>) -> Vec<u8> {
-    CallPartBatch { parts: parts.into_iter().collect() }.encode_to_vec()
+    CallPartBatch { parts: parts.into_iter().collect(), ..Default::default() }.encode_to_vec()
+}
+
+/// Encodes placeholder-op writes as one record value.
+pub fn encode_ops(files: Vec<FileRecord>, ops: Vec<OpRecord>) -> Vec<u8> {
+    CallPartBatch { parts: Vec::new(), files, ops }.encode_to_vec()
+}
+
+/// A decoded record value: the op writes to store first, then the call parts.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Decoded {
+    pub ops: OpWrites,
+    pub parts: Vec<RecordPart>,
 }
 
 /// One part of a decoded record: the part itself, or where to find it.
@@ -231,10 +306,36 @@ pub fn offload(rec: CallPartRecord) -> Result<Offload, ProtoError> {
 }
 
 /// Decodes a record value; a corrupt record is a data error (it goes to the dead-letter topic).
-pub fn decode_record(bytes: &[u8]) -> Result<Vec<RecordPart>, ProtoError> {
+pub fn decode_record(bytes: &[u8]) -> Result<Decoded, ProtoError> {
     let batch = CallPartBatch::decode(bytes)
         .map_err(|e| ProtoError::invalid(format!("undecodable call record: {e}")))?;
-    batch
+    let files = batch
+        .files
+        .into_iter()
+        .map(|f| {
+            Ok(FileWrite {
+                project: ProjectId::parse(&f.project_id)?,
+                digest: f.digest,
+                content: f.content,
+            })
+        })
+        .collect::<Result<_, ProtoError>>()?;
+    let ops = batch
+        .ops
+        .into_iter()
+        .map(|o| {
+            Ok(OpWrite {
+                project: ProjectId::parse(&o.project_id)?,
+                object_id: o.object_id,
+                digest: o.digest,
+                val: o.val,
+                wb_user_id: o.wb_user_id,
+            })
+        })
+        .collect::<Result<_, ProtoError>>()?;
+    let ops = OpWrites { files, ops };
+    ops.check()?;
+    let parts = batch
         .parts
         .into_iter()
         .map(|r| match r.offloaded {
@@ -250,12 +351,18 @@ pub fn decode_record(bytes: &[u8]) -> Result<Vec<RecordPart>, ProtoError> {
                 size: blob.size,
             })),
         })
-        .collect()
+        .collect::<Result<_, ProtoError>>()?;
+    Ok(Decoded { ops, parts })
 }
 
-/// Decodes a record value that holds no references (tests, tools).
+/// Decodes a record value that holds only call parts, none of them references (tests, tools).
 pub fn decode_parts(bytes: &[u8]) -> Result<Vec<CallPart>, ProtoError> {
-    decode_record(bytes)?
+    let decoded = decode_record(bytes)?;
+    if !decoded.ops.is_empty() {
+        return Err(ProtoError::invalid("the record holds placeholder ops"));
+    }
+    decoded
+        .parts
         .into_iter()
         .map(|p| match p {
             RecordPart::Inline(p) => Ok(p),
@@ -342,6 +449,7 @@ mod tests {
         assert!(decode_parts(b"\xff\xff\xff").is_err());
         let bad_project = CallPartBatch {
             parts: vec![CallPartRecord { project_id: "nope".into(), ..Default::default() }],
+            ..Default::default()
         };
         assert!(decode_parts(&bad_project.encode_to_vec()).is_err());
     }
@@ -355,7 +463,7 @@ mod tests {
         // Content-addressed: the same part gives the same blob and digest.
         assert_eq!(offload(CallPartRecord::from(&big)).unwrap().blob, off.blob);
         let bytes = encode_records([CallPartRecord::from(&small), off.reference.clone()]);
-        let decoded = decode_record(&bytes).unwrap();
+        let decoded = decode_record(&bytes).unwrap().parts;
         let RecordPart::Offloaded(o) = &decoded[1] else { panic!("{decoded:?}") };
         assert_eq!(decoded[0], RecordPart::Inline(small));
         assert_eq!((o.id.as_str(), o.size), ("big", off.blob.len() as u64));
@@ -368,7 +476,7 @@ mod tests {
         let off = offload(CallPartRecord::from(&part("a", true, true))).unwrap();
         let other = offload(CallPartRecord::from(&part("b", true, true))).unwrap();
         let RecordPart::Offloaded(o) =
-            decode_record(&encode_records([off.reference.clone()])).unwrap().remove(0)
+            decode_record(&encode_records([off.reference.clone()])).unwrap().parts.remove(0)
         else {
             panic!("a reference")
         };
@@ -381,6 +489,39 @@ mod tests {
         let mut both = CallPartRecord::from(&part("a", true, true));
         both.offloaded = off.reference.offloaded.clone();
         assert!(decode_record(&encode_records([both])).is_err());
+    }
+
+    /// The encoding of a record written before records carried placeholder ops, as it was
+    /// produced then: the field numbers of the parts must keep their meaning.
+    #[test]
+    fn records_without_ops_still_decode() {
+        #[derive(Clone, PartialEq, Message)]
+        struct OldBatch {
+            #[prost(message, repeated, tag = "1")]
+            parts: Vec<CallPartRecord>,
+        }
+        let parts = vec![part("a", true, true), part("b", false, true)];
+        let old = OldBatch { parts: parts.iter().map(CallPartRecord::from).collect() };
+        let decoded = decode_record(&old.encode_to_vec()).unwrap();
+        assert!(decoded.ops.is_empty());
+        assert_eq!(decode_parts(&old.encode_to_vec()).unwrap(), parts);
+        assert_eq!(encode_parts(&parts), old.encode_to_vec(), "parts-only records are unchanged");
+    }
+
+    #[test]
+    fn placeholder_ops_round_trip_and_are_checked() {
+        use crate::otlp::op::placeholder_writes;
+        let names = [(ProjectId::parse("e/p").unwrap(), "span name".to_owned())].into();
+        let writes = placeholder_writes(&names, Some("u"));
+        let files: Vec<FileRecord> = writes.files.iter().map(FileRecord::from).collect();
+        let ops: Vec<OpRecord> = writes.ops.iter().map(OpRecord::from).collect();
+        let decoded = decode_record(&encode_ops(files.clone(), ops.clone())).unwrap();
+        assert_eq!(decoded, Decoded { ops: writes, parts: Vec::new() });
+        assert!(decode_parts(&encode_ops(files.clone(), ops.clone())).is_err());
+        // A record claiming a digest for other content is a data error.
+        let mut forged = ops;
+        forged[0].val = r#"{"_type":"CustomWeaveType","weave_type":{"type":"Op"}}"#.into();
+        assert!(decode_record(&encode_ops(files, forged)).is_err());
     }
 
     #[test]

@@ -1,4 +1,5 @@
-//! Weave ref URIs (CONTRACT §1.5, §11): `weave:///<entity>/<project>/<kind>/...`.
+//! Weave ref URIs (docs/api/refs.md#ref-uris, docs/api/refs.md#read-a-batch-of-refs):
+//! `weave:///<entity>/<project>/<kind>/...`.
 //!
 //! Object and op refs are `.../object/<name>:<version>[/<edge>/<value>]*`; the name and every
 //! extra are percent-encoded by the SDK (`/` → `%2F`), so the URI is split at `/` first and each

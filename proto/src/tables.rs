@@ -1,5 +1,6 @@
-//! Tables (CONTRACT §12, §14.4): request/response shapes and the pure rules — row validation,
-//! applying `/table/update` edits to a row list, and the row order of `sort_by`.
+//! Tables (docs/api/tables.md, docs/api/tables.md#create-a-table-from-row-digests):
+//! request/response shapes and the pure rules — row validation, applying `/table/update` edits to a
+//! row list, and the row order of `sort_by`.
 //!
 //! A table is an ordered list of row digests (duplicates allowed); rows are stored once per
 //! (project, row digest). Everything here works on those lists, so both backends share it.
@@ -14,7 +15,7 @@ use crate::ProtoError;
 use crate::digest::{is_valid_digest, row_digest, table_digest};
 use crate::ids::ProjectId;
 use crate::limits;
-use crate::query::{Direction, SortBy, split_path};
+use heddle_ql::{Direction, SortBy, split_path};
 
 #[derive(Debug, Deserialize)]
 pub struct TableCreateReq {
@@ -81,7 +82,7 @@ pub struct TableQueryReq {
     pub filter: Option<TableRowFilter>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,
-    #[serde(default, deserialize_with = "crate::query::sort_list")]
+    #[serde(default, deserialize_with = "heddle_ql::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
 }
 

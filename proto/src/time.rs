@@ -1,7 +1,7 @@
 //! Timestamps. Stored and compared as microseconds since the Unix epoch (what the SDK sends is
 //! microsecond precision); written back as RFC 3339 UTC with a `Z` offset.
 
-use chrono::{DateTime, NaiveDate, NaiveDateTime, SecondsFormat, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::ProtoError;
@@ -16,42 +16,15 @@ impl Micros {
     }
 
     /// Accepts RFC 3339 with `Z` or an offset, with or without a fraction; a missing offset means
-    /// UTC (CONTRACT §1.4).
+    /// UTC (docs/api/README.md#timestamps).
     pub fn parse(s: &str) -> Result<Self, ProtoError> {
-        let s = s.trim();
-        if let Ok(dt) = DateTime::parse_from_rfc3339(s) {
-            return Ok(Micros(dt.timestamp_micros()));
-        }
-        for fmt in ["%Y-%m-%dT%H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f", "%Y-%m-%d %H:%M:%S%.f%:z"] {
-            if let Ok(dt) = NaiveDateTime::parse_from_str(s, fmt) {
-                return Ok(Micros(dt.and_utc().timestamp_micros()));
-            }
-            if let Ok(dt) = DateTime::parse_from_str(s, fmt) {
-                return Ok(Micros(dt.timestamp_micros()));
-            }
-        }
-        Err(ProtoError::invalid(format!("invalid timestamp {s:?}: expected RFC 3339")))
+        Ok(Micros(heddle_ql::time::parse_micros(s)?))
     }
 
     /// Also accepts a bare date (`YYYY-MM-DD`) and unix seconds: the forms a query literal for
-    /// `started_at`/`ended_at` may take (CONTRACT §2).
+    /// `started_at`/`ended_at` may take (docs/query-language.md).
     pub fn parse_loose(v: &serde_json::Value) -> Result<Self, ProtoError> {
-        match v {
-            serde_json::Value::Number(n) => n
-                .as_f64()
-                .filter(|f| f.is_finite() && f.abs() < 1e13)
-                .map(|secs| Micros((secs * 1e6).round() as i64))
-                .ok_or_else(|| ProtoError::invalid(format!("invalid unix timestamp {n}"))),
-            serde_json::Value::String(s) => {
-                if let Ok(d) = NaiveDate::parse_from_str(s.trim(), "%Y-%m-%d") {
-                    return Ok(Micros(
-                        d.and_hms_opt(0, 0, 0).unwrap().and_utc().timestamp_micros(),
-                    ));
-                }
-                Micros::parse(s)
-            }
-            other => Err(ProtoError::invalid(format!("invalid timestamp {other}"))),
-        }
+        Ok(Micros(heddle_ql::time::parse_micros_loose(v)?))
     }
 
     pub fn to_rfc3339(self) -> String {

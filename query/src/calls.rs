@@ -12,9 +12,9 @@ use axum::routing::post;
 use bytes::Bytes;
 use futures::StreamExt;
 use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_domain::expansion::{Planned, for_count, plan};
+use heddle_domain::prices::PriceBook;
 use heddle_proto::calls::{CallReadReq, CallUpdateReq, CallsDeleteReq, CallsFilter, CallsQueryReq};
-use heddle_proto::costs::PriceBook;
-use heddle_proto::expand::{Planned, for_count};
 use serde_json::{Value, json};
 
 use crate::expand;
@@ -71,7 +71,7 @@ async fn stream_query(
     let include_feedback = req.include_feedback == Some(true);
     let include_costs = req.include_costs == Some(true);
     let project = req.project_id.clone();
-    let q = match req.plan()? {
+    let q = match plan(req)? {
         Planned::Sql(q) => q,
         Planned::Expand { .. } if include_feedback || include_costs => {
             return Err(ApiError::bad_request(
@@ -110,7 +110,8 @@ async fn stream_query(
             })
         }));
     }
-    // Errors must become a status before the first byte (CONTRACT §3): look at the first row.
+    // Errors must become a status before the first byte
+    // (docs/api/README.md#streaming-responses-jsonl): look at the first row.
     let first = rows.next().await.transpose()?;
     let store = state.store.clone();
     let chunks = futures::stream::iter(first.map(Ok)).chain(rows).ready_chunks(256);
@@ -146,7 +147,7 @@ async fn query_stats(
 ) -> Result<axum::Json<Value>, ApiError> {
     who.check(&req.project_id)?;
     // Counting ignores order, paging and projection: don't reject what it would not use.
-    let count = match for_count(req).plan()? {
+    let count = match plan(for_count(req))? {
         Planned::Sql(q) => state.store.count_calls(q).await?,
         Planned::Expand { candidates, plan } if plan.residual.is_some() => {
             expand::count(state.store.clone(), state.memory_budget.clone(), candidates, *plan)

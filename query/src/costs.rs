@@ -1,4 +1,4 @@
-//! Costs (CONTRACT §6): `/cost/create`, `/cost/query`, `/cost/purge`. The query language over
+//! Costs (docs/api/costs.md): `/cost/create`, `/cost/query`, `/cost/purge`. The query language over
 //! prices runs in `heddle_proto::costs` on the project's prices (few per project), so the
 //! backends only store, list and delete them.
 

@@ -1,4 +1,5 @@
-//! Serving `expand_columns` (CONTRACT §5.7, §5.8; the plan is `heddle_proto::expand`).
+//! Serving `expand_columns` (docs/api/calls.md#count-calls, docs/api/calls.md#stream-calls; the
+//! plan is `heddle_domain::expansion`).
 //!
 //! Three shapes, all reading calls from the store as a stream and resolving refs a page at a
 //! time (one row read per page for dataset rows, objects and row lists cached per request):
@@ -19,8 +20,10 @@ use bytes::Bytes;
 use futures::{Stream, StreamExt};
 use heddle_api::ApiError;
 use heddle_api::budget::{Admitted, MemoryBudget, VALUE_COST};
+use heddle_domain::expansion::{
+    CallValues, ExpandPlan, KeyPart, by_ids, compare_keys, eval, sort_key,
+};
 use heddle_proto::calls::{Call, CallsQuery};
-use heddle_proto::expand::{CallValues, ExpandPlan, KeyPart, by_ids, compare_keys, eval, sort_key};
 use heddle_proto::limits::{MAX_MEMBER_DEPTH, json_depth, json_shape};
 use heddle_proto::refs::{self, ObjectRef, Ref};
 use heddle_store::{CallStream, Store};
@@ -294,7 +297,7 @@ fn jsonl(calls: impl IntoIterator<Item = Call>) -> Result<Bytes, ApiError> {
 }
 
 /// A JSONL body as chunks; the first chunk is produced before the response starts so that
-/// errors still become a status (CONTRACT §3).
+/// errors still become a status (docs/api/README.md#streaming-responses-jsonl).
 pub(crate) type Chunks = std::pin::Pin<Box<dyn Stream<Item = Result<Bytes, ApiError>> + Send>>;
 
 struct Scan {
@@ -496,16 +499,17 @@ mod tests {
 
     use async_trait::async_trait;
     use bytes::Bytes;
+    use heddle_domain::expansion::Planned;
     use heddle_proto::ProjectId;
     use heddle_proto::calls::{CallPart, CallsQueryReq, StartedCall};
     use heddle_proto::digest::{object_digest, row_digest, table_digest};
-    use heddle_proto::expand::Planned;
     use heddle_proto::objects::{
         DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel,
     };
     use heddle_proto::tables::Row;
+    use heddle_store::prelude::*;
     use heddle_store::sqlite::{SqliteOptions, SqliteStore};
-    use heddle_store::{KeyRecord, NewObject, NewTable, Result, StoredRow, TableSlice};
+    use heddle_store::{Composite, NewObject, NewTable, Result, StoredRow, TableSlice};
     use serde_json::json;
 
     use super::*;
@@ -514,9 +518,9 @@ mod tests {
         MemoryBudget::new(64 << 20)
     }
 
-    /// The SQLite store, counting the reads ref resolution makes.
+    /// The SQLite store's calls, objects and tables, counting the reads ref resolution makes.
     struct Counting {
-        inner: SqliteStore,
+        inner: Arc<SqliteStore>,
         reads: Mutex<HashMap<&'static str, usize>>,
     }
 
@@ -527,14 +531,19 @@ mod tests {
         fn reads(&self, what: &str) -> usize {
             self.reads.lock().unwrap().get(what).copied().unwrap_or(0)
         }
+        /// The whole store, with calls, objects and tables through this counter.
+        fn store(self: &Arc<Self>) -> Arc<dyn Store> {
+            Arc::new(Composite {
+                calls: self.clone(),
+                objects: self.clone(),
+                tables: self.clone(),
+                ..Composite::of(self.inner.clone())
+            })
+        }
     }
 
-    use heddle_proto::costs::CostRecord;
-    use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
-    use heddle_proto::threads::{Thread, ThreadsQuery};
-
     #[async_trait]
-    impl Store for Counting {
+    impl CallStore for Counting {
         async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
             self.inner.apply_call_parts(parts).await
         }
@@ -551,6 +560,10 @@ mod tests {
         async fn count_calls(&self, q: CallsQuery) -> Result<u64> {
             self.inner.count_calls(q).await
         }
+    }
+
+    #[async_trait]
+    impl ObjectStore for Counting {
         async fn create_object(&self, o: NewObject) -> Result<()> {
             self.inner.create_object(o).await
         }
@@ -570,15 +583,10 @@ mod tests {
         async fn delete_objects(&self, d: ObjectsDelete) -> Result<Vec<DeletedVersion>> {
             self.inner.delete_objects(d).await
         }
-        async fn create_file(&self, p: &ProjectId, d: &str, c: Bytes) -> Result<()> {
-            self.inner.create_file(p, d, c).await
-        }
-        async fn read_file(&self, p: &ProjectId, d: &str) -> Result<Bytes> {
-            self.inner.read_file(p, d).await
-        }
-        async fn files_size(&self, p: &ProjectId) -> Result<u64> {
-            self.inner.files_size(p).await
-        }
+    }
+
+    #[async_trait]
+    impl TableStore for Counting {
         async fn create_table(&self, t: NewTable) -> Result<()> {
             self.inner.create_table(t).await
         }
@@ -601,61 +609,9 @@ mod tests {
             self.count("read_rows");
             self.inner.read_rows(p, d, v).await
         }
-        async fn create_feedback(&self, f: Vec<NewFeedback>) -> Result<Vec<StoredFeedback>> {
-            self.inner.create_feedback(f).await
-        }
-        async fn query_feedback(&self, q: FeedbackQuery) -> Result<(Vec<StoredFeedback>, u64)> {
-            self.inner.query_feedback(q).await
-        }
-        async fn purge_feedback(&self, p: &ProjectId, ids: &[String]) -> Result<()> {
-            self.inner.purge_feedback(p, ids).await
-        }
-        async fn feedback_for_refs(
-            &self,
-            p: &ProjectId,
-            refs: &[String],
-        ) -> Result<Vec<StoredFeedback>> {
-            self.inner.feedback_for_refs(p, refs).await
-        }
-        async fn create_costs(&self, c: Vec<CostRecord>) -> Result<()> {
-            self.inner.create_costs(c).await
-        }
-        async fn project_costs(&self, p: &ProjectId) -> Result<Vec<CostRecord>> {
-            self.inner.project_costs(p).await
-        }
-        async fn purge_costs(&self, p: &ProjectId, ids: &[String]) -> Result<()> {
-            self.inner.purge_costs(p, ids).await
-        }
-        async fn query_threads(&self, q: ThreadsQuery) -> Result<Vec<Thread>> {
-            self.inner.query_threads(q).await
-        }
-        async fn create_key(&self, h: &str, e: Option<&str>) -> Result<()> {
-            self.inner.create_key(h, e).await
-        }
-        async fn lookup_key(&self, h: &str) -> Result<Option<KeyRecord>> {
-            self.inner.lookup_key(h).await
-        }
-        async fn has_admin_key(&self) -> Result<bool> {
-            self.inner.has_admin_key().await
-        }
-        async fn list_keys(&self) -> Result<Vec<heddle_store::KeyInfo>> {
-            self.inner.list_keys().await
-        }
-        async fn revoke_key(&self, id: &str) -> Result<heddle_store::KeyInfo> {
-            self.inner.revoke_key(id).await
-        }
-        async fn put_blob(&self, p: &ProjectId, d: &str, c: Bytes) -> Result<()> {
-            self.inner.put_blob(p, d, c).await
-        }
-        async fn read_blob(&self, p: &ProjectId, d: &str, size: u64) -> Result<Bytes> {
-            self.inner.read_blob(p, d, size).await
-        }
-        async fn probe_write(&self) -> Result<()> {
-            self.inner.probe_write().await
-        }
     }
 
-    async fn object(store: &Counting, p: &ProjectId, name: &str, val: Value) -> String {
+    async fn object(store: &Arc<dyn Store>, p: &ProjectId, name: &str, val: Value) -> String {
         let digest = object_digest(&val);
         store
             .create_object(NewObject {
@@ -674,7 +630,9 @@ mod tests {
     }
 
     fn planned(body: Value) -> (CallsQuery, ExpandPlan) {
-        match serde_json::from_value::<CallsQueryReq>(body).unwrap().plan().unwrap() {
+        match heddle_domain::expansion::plan(serde_json::from_value::<CallsQueryReq>(body).unwrap())
+            .unwrap()
+        {
             Planned::Expand { candidates, plan } => (candidates, *plan),
             Planned::Sql(q) => panic!("not an expand plan: {q:?}"),
         }
@@ -695,7 +653,8 @@ mod tests {
     async fn resolution_is_batched_per_page_and_cached_per_request() {
         let dir = tempfile::tempdir().unwrap();
         let inner = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
-        let store = Arc::new(Counting { inner, reads: Mutex::default() });
+        let counting = Arc::new(Counting { inner: Arc::new(inner), reads: Mutex::default() });
+        let store = counting.store();
         let p = ProjectId::parse("e/p").unwrap();
         let vals: Vec<Value> = (0..40).map(|i| json!({"i": i, "label": format!("l{i}")})).collect();
         let rows: Vec<Row> =
@@ -743,12 +702,12 @@ mod tests {
         // Rows are prefetched in one read per page, and later pages (n / PAGE = 3 of them) find
         // them all cached: one read in all instead of one per call.
         assert!(n > 2 * PAGE);
-        assert_eq!(store.reads("read_rows"), 1, "{:?}", store.reads);
-        assert_eq!(store.reads("table_slice"), 1, "{:?}", store.reads);
-        assert_eq!(store.reads("read_object"), 2, "{:?}", store.reads);
+        assert_eq!(counting.reads("read_rows"), 1, "{:?}", counting.reads);
+        assert_eq!(counting.reads("table_slice"), 1, "{:?}", counting.reads);
+        assert_eq!(counting.reads("read_object"), 2, "{:?}", counting.reads);
 
         // An order through the expanded rows: the same reads, plus the pages by id.
-        store.reads.lock().unwrap().clear();
+        counting.reads.lock().unwrap().clear();
         let body = json!({"project_id": "e/p", "expand_columns": ["inputs.example"],
                           "sort_by": [{"field": "inputs.example.i", "direction": "desc"}],
                           "limit": 5, "offset": 1});
@@ -758,8 +717,8 @@ mod tests {
         let want: Vec<String> = (1..6).map(|k| format!("c{:04}", 39 + 40 * k)).collect();
         assert_eq!(out.iter().map(|c| c["id"].as_str().unwrap()).collect::<Vec<_>>(), want);
         assert_eq!(out[0]["inputs"]["example"]["i"], 39);
-        assert_eq!(store.reads("query_calls"), 2, "{:?}", store.reads);
-        assert_eq!(store.reads("read_rows"), 1, "{:?}", store.reads);
+        assert_eq!(counting.reads("query_calls"), 2, "{:?}", counting.reads);
+        assert_eq!(counting.reads("read_rows"), 1, "{:?}", counting.reads);
 
         // Counting through the expanded rows.
         let body = json!({"project_id": "e/p", "expand_columns": ["inputs.example"],

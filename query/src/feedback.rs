@@ -1,6 +1,6 @@
-//! Feedback (CONTRACT §7, §14.3): `/feedback/create`, `/feedback/batch/create`,
-//! `/feedback/query`, `/feedback/purge`, `/feedback/replace`, and the rows `include_feedback`
-//! adds to calls.
+//! Feedback (docs/api/feedback.md, docs/api/feedback.md#batch-create-feedback): `/feedback/create`,
+//! `/feedback/batch/create`, `/feedback/query`, `/feedback/purge`, `/feedback/replace`, and the
+//! rows `include_feedback` adds to calls.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -107,8 +107,8 @@ async fn purge(
     Ok(axum::Json(json!({})))
 }
 
-/// Deletes `feedback_id`, then creates the new row (CONTRACT §7.4). The new row is validated
-/// before anything is deleted.
+/// Deletes `feedback_id`, then creates the new row (docs/api/feedback.md#replace-feedback). The new
+/// row is validated before anything is deleted.
 async fn replace(
     State(state): State<Arc<AppState>>,
     who: Principal,
@@ -129,7 +129,7 @@ pub fn call_ref(project: &ProjectId, id: &str) -> String {
 }
 
 /// Sets `summary.weave.feedback` of each call to its feedback rows, oldest first
-/// (CONTRACT §5.9), with one store read for the whole chunk.
+/// (docs/api/calls.md#call-object), with one store read for the whole chunk.
 pub async fn attach(store: &dyn Store, calls: &mut [Call]) -> Result<(), heddle_store::StoreError> {
     let Some(first) = calls.first() else { return Ok(()) };
     let project = first.project_id.clone();

@@ -1,5 +1,6 @@
-//! `/file/create` (multipart), `/file/content` and `/files/query_stats` (CONTRACT §8). A file is identified by its
-//! content digest only; the digest is the same `bytes_digest` the client computes.
+//! `/file/create` (multipart), `/file/content` and `/files/query_stats` (docs/api/files.md). A file
+//! is identified by its content digest only; the digest is the same `bytes_digest` the client
+//! computes.
 
 use std::sync::Arc;
 

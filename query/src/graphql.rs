@@ -1,5 +1,5 @@
-//! The few W&B GraphQL operations `weave.init` needs (CONTRACT §14.5), matched by operation
-//! name. Projects exist implicitly: any project of an entity the key may use.
+//! The few W&B GraphQL operations `weave.init` needs (docs/api/service.md#graphql), matched by
+//! operation name. Projects exist implicitly: any project of an entity the key may use.
 
 use std::sync::Arc;
 

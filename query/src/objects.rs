@@ -1,4 +1,4 @@
-//! `/obj/create`, `/obj/read`, `/objs/query` and `/obj/delete` (CONTRACT §9).
+//! `/obj/create`, `/obj/read`, `/objs/query` and `/obj/delete` (docs/api/objects.md).
 
 use std::sync::Arc;
 

@@ -1,4 +1,5 @@
-//! `/refs/read_batch` (CONTRACT §11): reads object and op refs and walks their extras.
+//! `/refs/read_batch` (docs/api/refs.md#read-a-batch-of-refs): reads object and op refs and walks
+//! their extras.
 //!
 //! As in the reference server: more than 1000 refs, malformed refs and refs that are not object
 //! or op refs (bare tables, calls) fail the whole request with 400; anything that does not

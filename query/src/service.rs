@@ -1,4 +1,4 @@
-//! Service information (CONTRACT §4).
+//! Service information (docs/api/service.md).
 
 use std::net::SocketAddr;
 use std::sync::Arc;

@@ -1,7 +1,7 @@
-//! Tables (CONTRACT §12, §14.4): `/table/create`, `/table/update`,
-//! `/table/create_from_digests`, `/table/query`, `/table/query_stats` and
-//! `/table/query_stats_batch`. The rules live in `heddle_proto::tables`; the store keeps rows
-//! content-addressed and each table as its ordered list of row digests.
+//! Tables (docs/api/tables.md, docs/api/tables.md#create-a-table-from-row-digests):
+//! `/table/create`, `/table/update`, `/table/create_from_digests`, `/table/query`,
+//! `/table/query_stats` and `/table/query_stats_batch`. The rules live in `heddle_proto::tables`;
+//! the store keeps rows content-addressed and each table as its ordered list of row digests.
 //!
 //! `/table/query` in table order (what the SDK does: pages of 100) reads only the page's slice
 //! of the row list and the page's rows. `filter.row_digests` and `sort_by` need the whole list,

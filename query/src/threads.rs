@@ -1,4 +1,4 @@
-//! `/threads/stream_query` (CONTRACT §13): threads aggregated from the project's turn calls,
+//! `/threads/stream_query` (docs/api/threads.md): threads aggregated from the project's turn calls,
 //! as JSONL. Semantics in `heddle_proto::threads`; each backend aggregates in its own way.
 
 use std::sync::Arc;

@@ -5,9 +5,22 @@
 //! the reference carries the size, which gives the chunk count, and a read checks that every
 //! chunk is there ([`files::assemble`]).
 
+use async_trait::async_trait;
 use bytes::Bytes;
+use heddle_proto::ProjectId;
 
 use crate::{Result, StoreError, files};
+
+#[async_trait]
+pub trait BlobStore: Send + Sync {
+    /// Stores `content` as the project's blob `digest`, the digest of the bytes, so a repeat
+    /// stores the same bytes again (idempotent). Returns once the blob is durable and complete:
+    /// only then may a record referencing it be produced.
+    async fn put_blob(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()>;
+
+    /// The project's blob `digest`, `size` bytes long; [`StoreError::NotFound`] when absent.
+    async fn read_blob(&self, project: &ProjectId, digest: &str, size: u64) -> Result<Bytes>;
+}
 
 /// Joins the chunks read back into the blob of `size` bytes; a blob without any chunk is
 /// missing.

@@ -6,9 +6,22 @@
 //!
 //! Files stored before chunking (chunk count 0) keep their content in the file row.
 
+use async_trait::async_trait;
 use bytes::{Bytes, BytesMut};
+use heddle_proto::ProjectId;
 
 use crate::{Result, StoreError};
+
+#[async_trait]
+pub trait FileStore: Send + Sync {
+    /// Stores file content under its digest, in chunks; idempotent.
+    async fn create_file(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()>;
+
+    async fn read_file(&self, project: &ProjectId, digest: &str) -> Result<Bytes>;
+
+    /// Total bytes of the project's files (each digest once).
+    async fn files_size(&self, project: &ProjectId) -> Result<u64>;
+}
 
 /// Bytes per chunk.
 pub const CHUNK_SIZE: usize = 1 << 20;
@@ -30,7 +43,7 @@ pub fn chunk_count(size: usize) -> u32 {
 pub fn assemble(digest: &str, size: u64, n_chunks: u32, parts: Vec<Bytes>) -> Result<Bytes> {
     let total: usize = parts.iter().map(Bytes::len).sum();
     if parts.len() != n_chunks as usize || total as u64 != size {
-        return Err(StoreError::Backend(format!(
+        return Err(StoreError::backend(format!(
             "file {digest} is incomplete: {} of {n_chunks} chunks, {total} of {size} bytes",
             parts.len()
         )));

@@ -1,10 +1,49 @@
-//! The rules of object versions every backend applies the same way: which versions a delete
-//! names, and when a new version collides with the object's class. Backends load the live
-//! versions of one object, ask these functions, then write.
+//! Objects: versioned, content-addressed values named per project. The rules every backend
+//! applies the same way live here too: which versions a delete names, and when a new version
+//! collides with the object's class. Backends load the live versions of one object, ask these
+//! functions, then write.
 
-use heddle_proto::objects::{DeletedVersion, VersionSel};
+use async_trait::async_trait;
+use heddle_proto::ProjectId;
+use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
 
 use crate::{Result, StoreError};
+
+/// A new object version to store.
+#[derive(Debug, Clone)]
+pub struct NewObject {
+    pub project: ProjectId,
+    pub object_id: String,
+    pub digest: String,
+    /// Canonical-or-not JSON text of the value, stored verbatim.
+    pub val: String,
+    pub kind: &'static str,
+    pub base_object_class: Option<String>,
+    pub leaf_object_class: Option<String>,
+    pub wb_user_id: Option<String>,
+}
+
+#[async_trait]
+pub trait ObjectStore: Send + Sync {
+    /// Stores an object version if `(project, object_id, digest)` is new (or revives a deleted
+    /// one, keeping its version index); a no-op when it is live. A version whose base class
+    /// differs from the object's live versions is [`StoreError::Invalid`] ([`check_class`]).
+    async fn create_object(&self, obj: NewObject) -> Result<()>;
+
+    async fn read_object(
+        &self,
+        project: &ProjectId,
+        object_id: &str,
+        version: &VersionSel,
+        metadata_only: bool,
+    ) -> Result<ObjSchema>;
+
+    /// The live object versions matching `q`, with `is_latest` computed over live versions.
+    async fn query_objects(&self, q: ObjectsQuery) -> Result<Vec<ObjSchema>>;
+
+    /// Soft-deletes the versions `d` names ([`resolve_deletion`]); returns them.
+    async fn delete_objects(&self, d: ObjectsDelete) -> Result<Vec<DeletedVersion>>;
+}
 
 /// A live (non-deleted) version of an object, as a delete needs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,6 +125,15 @@ pub fn check_class(
             describe(new_base)
         ))),
         _ => Ok(()),
+    }
+}
+
+/// How a version selector reads in a message: `latest`, `v3`, or the digest.
+pub fn version_text(v: &VersionSel) -> String {
+    match v {
+        VersionSel::Latest => "latest".into(),
+        VersionSel::Index(i) => format!("v{i}"),
+        VersionSel::Digest(d) => d.clone(),
     }
 }
 

@@ -51,7 +51,8 @@ def server() -> Iterator[HeddleServer]:
     srv = HeddleServer(binary, data_dir, _TMP_ROOT / "server.log")
     srv.start()
     mp = pytest.MonkeyPatch()
-    # §14.5: one process serves the trace API at the root and GraphQL at /graphql.
+    # docs/api/service.md#graphql: one process serves the trace API at the root and GraphQL at
+    # /graphql.
     mp.setenv("WF_TRACE_SERVER_URL", srv.url)
     mp.setenv("WANDB_BASE_URL", srv.url)
     mp.setenv("WANDB_API_KEY", srv.api_key)

@@ -1,7 +1,8 @@
 """Support code for the real-client conformance tests (imported by conftest.py and the test
 modules). Importing it sets the SDK environment BEFORE weave is imported.
 
-SDK environment: see the API contract (shared/api/CONTRACT.md beside the checkout) §0, §1.8, §14.5.
+SDK environment: see the API reference docs/api/README.md#what-the-weave-sdk-needs,
+docs/api/README.md#client-caches, docs/api/service.md#graphql.
 """
 
 from __future__ import annotations
@@ -31,7 +32,8 @@ import requests
 # ---------------------------------------------------------------------------------------------
 _TMP_ROOT = Path(tempfile.mkdtemp(prefix="heddle-pytest-"))
 _SDK_ENV = {
-    # §0.5 / §1.8: never let the persistent response cache hide /obj/create, /file/create, ...
+    # docs/api/README.md#client-caches: never let the persistent response cache hide /obj/create,
+    # /file/create, ...
     "WEAVE_USE_SERVER_CACHE": "false",
     "WEAVE_SERVER_CACHE_DIR": str(_TMP_ROOT / "weave-cache"),
     "WANDB_SILENT": "true",
@@ -519,7 +521,8 @@ class HeddleServer:
         return r.json()
 
     def stream_calls(self, project: str, *, key: str | None = None, **body: Any) -> list[dict]:
-        """POST /calls/stream_query and parse the JSONL body (§3). Fails on blank lines / CRLF."""
+        """POST /calls/stream_query and parse the JSONL body
+        (docs/api/README.md#streaming-responses-jsonl). Fails on blank lines / CRLF."""
         req = {"project_id": project, **body}
         r = self.post(
             "/calls/stream_query", req, key=key, headers={"Accept": "application/jsonl"}
@@ -531,8 +534,8 @@ class HeddleServer:
             lines.pop()
         rows = []
         for i, line in enumerate(lines):
-            assert line != "", f"blank line {i} in JSONL stream (§3)" + describe_response(r)
-            assert not line.endswith("\r"), "CRLF line ending in JSONL stream (§3)"
+            assert line != "", f"blank line {i} in JSONL stream (docs/api/README.md#streaming-responses-jsonl)" + describe_response(r)
+            assert not line.endswith("\r"), "CRLF line ending in JSONL stream (docs/api/README.md#streaming-responses-jsonl)"
             rows.append(json.loads(line))
         return rows
 

@@ -17,7 +17,7 @@ from typing import Any
 import weave
 from heddle_support import HeddleServer, flush
 
-# §5.9: every Call field must be present in stream_query rows.
+# docs/api/calls.md#call-object: every Call field must be present in stream_query rows.
 CALL_FIELDS = {
     "id", "project_id", "op_name", "display_name", "trace_id", "parent_id", "thread_id",
     "turn_id", "started_at", "attributes", "inputs", "ended_at", "exception", "output",
@@ -52,8 +52,8 @@ def close_time(a: dt.datetime, b: dt.datetime, tol_ms: float = 1.0) -> bool:
 
 def check_raw_row_shape(row: dict, pid: str) -> None:
     missing = CALL_FIELDS - row.keys()
-    assert not missing, f"stream_query row lacks Call fields {sorted(missing)} (§5.9): {row}"
-    assert row["project_id"] == pid, f"project_id must be the external form (§1.3): {row}"
+    assert not missing, f"stream_query row lacks Call fields {sorted(missing)} (docs/api/calls.md#call-object): {row}"
+    assert row["project_id"] == pid, f"project_id must be the external form (docs/api/README.md#identifiers): {row}"
     for k in ("started_at", "ended_at"):
         if row[k] is not None:
             assert RFC3339_WITH_OFFSET.match(row[k]), f"{k} must be RFC-3339 with offset: {row[k]}"
@@ -124,7 +124,8 @@ def scenario_nested_ops(client: Any, server: HeddleServer, ingest: str) -> None:
         m = op_ref_pattern(client, name).match(c.op_name)
         assert m, f"op_name must be an op ref for {name}: {c.op_name!r}"
         assert c.op_name == lc.op_name, "op_name read back differs from what the SDK sent"
-        # The op ref must point at the op object the SDK created (§9, §15).
+        # The op ref must point at the op object the SDK created (docs/api/objects.md,
+        # docs/api/README.md#typical-request-sequences).
         obj = server.post_ok(
             "/obj/read", {"project_id": pid, "object_id": name, "digest": m.group(1)}
         )["obj"]
@@ -217,7 +218,7 @@ def scenario_exception(client: Any, server: HeddleServer, ingest: str) -> None:
     assert status_counts(parent) == {"success": 1, "error": 1}, parent.summary
     assert parent.summary["weave"]["status"] == "descendant_error", parent.summary
 
-    # derived status is queryable (§2 field catalog)
+    # derived status is queryable (docs/api/query.md#calls-fields)
     def status_q(s: str) -> dict:
         return {"$expr": {"$eq": [{"$getField": "summary.weave.status"}, {"$literal": s}]}}
 

@@ -1,5 +1,5 @@
 """OTLP trace ingest driven by the official OpenTelemetry Python SDK and its OTLP exporters
-(CONTRACT §10): OTLP/HTTP protobuf (plain and gzip) at /otel/v1/traces (and the SDK's
+(docs/api/otel.md): OTLP/HTTP protobuf (plain and gzip) at /otel/v1/traces (and the SDK's
 /agents/otel/v1/traces alias), and OTLP/gRPC TraceService/Export on `--otlp-grpc-listen`.
 
 Every test records real spans with a TracerProvider, exports them with the unmodified exporter,

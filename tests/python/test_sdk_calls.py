@@ -1,6 +1,7 @@
 """Real weave 0.54.0 SDK against heddle, default settings (calls go to
-POST /v2/{entity}/{project}/calls/complete, CONTRACT §0, §14.1). Every check reads back what
-was written (client.get_calls/get_call and raw /calls/stream_query), never status codes alone.
+POST /v2/{entity}/{project}/calls/complete, docs/api/README.md#what-the-weave-sdk-needs,
+docs/api/calls.md#complete-calls-v2). Every check reads back what was written
+(client.get_calls/get_call and raw /calls/stream_query), never status codes alone.
 """
 
 from __future__ import annotations
@@ -100,7 +101,7 @@ def test_init_hits_server_info_and_graphql(
         weave.finish()
 
     # raw: /server_info as the SDK sends it (with auth; DESIGN exempts only /health from auth,
-    # so unauthenticated access is not checked) and the GraphQL shapes (§14.5)
+    # so unauthenticated access is not checked) and the GraphQL shapes (docs/api/service.md#graphql)
     r = server.get("/server_info")
     assert r.status_code == 200, describe_response(r)
     from packaging.version import Version
@@ -143,7 +144,8 @@ def test_display_name_set_and_remove(client: Any, server: HeddleServer) -> None:
         return x + 1
 
     _, call = named.call(1)
-    # Sent in the background; may reach the server before the call's complete record (§5.5).
+    # Sent in the background; may reach the server before the call's complete record
+    # (docs/api/calls.md#update-a-call).
     call.set_display_name("new name")
     time.sleep(0.003)
     _, other = named.call(2)
@@ -160,7 +162,7 @@ def test_display_name_set_and_remove(client: Any, server: HeddleServer) -> None:
     raw = server.read_call(pid, call.id)
     assert raw["display_name"] == "new name", raw
     assert raw["op_name"].startswith(f"weave:///{pid}/op/named:"), "op_name must not change"
-    # trace_name is display_name when set (§2 field catalog) — queryable
+    # trace_name is display_name when set (docs/api/query.md#calls-fields) — queryable
     q = {"$expr": {"$eq": [{"$getField": "summary.weave.trace_name"}, {"$literal": "new name"}]}}
     assert [r["id"] for r in server.stream_calls(pid, query=q)] == [call.id]
     q = {"$expr": {"$eq": [{"$getField": "display_name"}, {"$literal": "new name"}]}}
@@ -175,14 +177,14 @@ def test_display_name_set_and_remove(client: Any, server: HeddleServer) -> None:
 
     def cleared() -> None:
         got = client.get_call(call.id)
-        assert got.display_name is None, f"'' must read back as null (§5.9): {got.display_name!r}"
+        assert got.display_name is None, f"'' must read back as null (docs/api/calls.md#call-object): {got.display_name!r}"
 
     eventually(cleared)
     rows = server.stream_calls(pid, filter={"call_ids": [call.id]})
     assert rows[0]["display_name"] is None, rows
     assert rows[0]["summary"]["weave"]["trace_name"] == "named", rows[0]["summary"]
 
-    # null display_name is a 400 (§5.5) — and must not clear anything
+    # null display_name is a 400 (docs/api/calls.md#update-a-call) — and must not clear anything
     r = server.post(
         "/call/update", {"project_id": pid, "call_id": other.id, "display_name": None}
     )
@@ -192,7 +194,7 @@ def test_display_name_set_and_remove(client: Any, server: HeddleServer) -> None:
 
 def test_call_update_before_complete_record(server: HeddleServer) -> None:
     """/call/update may reach the server before the call's complete record, whose
-    display_name is null: the update must still apply (§5.5)."""
+    display_name is null: the update must still apply (docs/api/calls.md#update-a-call)."""
     pid = f"conformance/update-first-{uuid.uuid4().hex[:8]}"
     call = _complete_call(pid)
     out = server.post_ok(
@@ -279,7 +281,8 @@ def test_delete_call_and_descendants(client: Any, server: HeddleServer) -> None:
     assert sib.output == 20 and sib.parent_id == root_live.id
     assert client.get_call(leaf2_id).parent_id == mid2_live.id
 
-    # raw delete of the root: counts the root and its remaining descendants (§5.4)
+    # raw delete of the root: counts the root and its remaining descendants
+    # (docs/api/calls.md#delete-calls)
     out = server.post_ok("/calls/delete", {"project_id": pid, "call_ids": [root_live.id]})
     assert out["num_deleted"] == 3, out
     eventually(lambda: _assert_eq({r["id"] for r in server.stream_calls(pid)}, {sibling_root.id}))
@@ -366,7 +369,7 @@ def test_get_calls_filter_op_names(client: Any, server: HeddleServer, query_call
     _check_iter(
         client, server, ids + [q["other"]], filter={"op_names": [q["score_ref"], q["other_ref"]]}
     )
-    # "name:*" matches every version (§5.10)
+    # "name:*" matches every version (docs/api/calls.md#calls-filter)
     wildcard = q["score_ref"].rsplit(":", 1)[0] + ":*"
     _check_iter(client, server, ids, filter={"op_names": [wildcard]})
     _check_iter(client, server, [ids[1]], filter={"call_ids": [ids[1]]})
@@ -390,7 +393,7 @@ def test_get_calls_query_expressions(client: Any, server: HeddleServer, query_ca
     chk({"$eq": [_dbl("inputs.x"), _lit(5.5)]}, [ids[3]])
     # plain string equality on a JSON path
     chk({"$eq": [_gf("inputs.tag"), _lit("beta")]}, [ids[1]])
-    # booleans inside JSON compare as the strings "true"/"false" (§2 typing rules)
+    # booleans inside JSON compare as the strings "true"/"false" (docs/api/query.md#typing)
     chk({"$eq": [_gf("inputs.flag"), _lit("true")]}, [ids[0], ids[2], ids[4]])
     # $gt / $gte / $lt numeric (10 > 2.5 must hold: numeric, not string, comparison)
     chk({"$gt": [_dbl("inputs.x"), _lit(2.5)]}, [ids[0], ids[1], ids[3]], only_score)
@@ -435,7 +438,7 @@ def test_get_calls_query_expressions(client: Any, server: HeddleServer, query_ca
         [ids[1], ids[4]],
     )
     chk({"$not": [{"$eq": [_gf("inputs.tag"), _lit("alpha")]}]}, [ids[1], ids[2], ids[3], ids[4], other])
-    # the SDK's own "exists" idiom: missing path == "" (§2)
+    # the SDK's own "exists" idiom: missing path == "" (docs/api/query.md#typing)
     chk({"$not": [{"$eq": [_gf("inputs.tag"), _lit("")]}]}, ids)
     chk({"$eq": [_gf("inputs.tag"), _lit("")]}, [other])
     # op_name column
@@ -542,7 +545,7 @@ def test_op_ref_load_and_call(client: Any, server: HeddleServer) -> None:
     assert op_uri.startswith(f"weave:///{pid}/op/add3:"), op_uri
     digest = op_uri.rsplit(":", 1)[1]
 
-    # the stored op object and its source file (§1.6: client-computed file digest)
+    # the stored op object and its source file (docs/api/digests.md: client-computed file digest)
     obj = server.post_ok("/obj/read", {"project_id": pid, "object_id": "add3", "digest": digest})[
         "obj"
     ]
@@ -574,7 +577,7 @@ def test_publish_dict_round_trip(client: Any, server: HeddleServer) -> None:
     ref0 = weave.publish(v0, name="cfg")
     flush(client)
     pid = project_id(client)
-    # object digest = str_digest(canonical json) (§1.6)
+    # object digest = str_digest(canonical json) (docs/api/digests.md)
     assert ref0.digest == str_digest(json.dumps(v0, sort_keys=True)), ref0.digest
     assert as_plain(weave.ref("cfg").get()) == v0
     assert as_plain(weave.ref("cfg:v0").get()) == v0
@@ -593,7 +596,8 @@ def test_publish_dict_round_trip(client: Any, server: HeddleServer) -> None:
     latest = server.post_ok("/obj/read", {"project_id": pid, "object_id": "cfg", "digest": "latest"})[
         "obj"
     ]
-    # re-publishing an existing digest is a no-op: v1 stays latest (§9.1)
+    # re-publishing an existing digest is a no-op: v1 stays latest
+    # (docs/api/objects.md#create-an-object)
     assert latest["digest"] == ref1.digest, latest
     assert latest["version_index"] == 1 and latest["is_latest"] == 1, latest
     assert latest["kind"] == "object" and latest["val"] == v1 and latest["project_id"] == pid
@@ -645,7 +649,7 @@ def test_auth_wrong_or_missing_key_is_401(server: HeddleServer) -> None:
     )
     assert r.status_code == 401, describe_response(r)
     assert server.stream_calls(pid) == []
-    # the admin key works with Bearer too (§1.2)
+    # the admin key works with Bearer too (docs/api/README.md#authentication)
     r = server.post("/calls/query_stats", {"project_id": pid}, bearer=True)
     assert r.status_code == 200 and r.json()["count"] == 0, describe_response(r)
 

@@ -1,4 +1,5 @@
-"""Real weave 0.54.0 SDK against heddle: costs (CONTRACT §6, §5.9) and threads (§13).
+"""Real weave 0.54.0 SDK against heddle: costs (docs/api/costs.md, docs/api/calls.md#call-object)
+and threads (docs/api/threads.md).
 
 Prices are added, queried and purged through `client.add_cost` / `query_costs` / `purge_costs`;
 an op returning an OpenAI-like response (model + usage) gets `summary.usage` from the SDK and

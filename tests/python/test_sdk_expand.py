@@ -1,7 +1,8 @@
-"""Real weave 0.54.0 SDK against heddle: `client.get_calls(expand_columns=...)` (CONTRACT §5.7,
-§5.8). An op is called with dataset rows (the SDK stores them in `inputs` as row refs) and a
-published object; the calls are read back with those refs resolved, filtered and sorted through
-the resolved values, and `len()` (→ /calls/query_stats) agrees with the rows iterated.
+"""Real weave 0.54.0 SDK against heddle: `client.get_calls(expand_columns=...)`
+(docs/api/calls.md#count-calls, docs/api/calls.md#stream-calls). An op is called with dataset rows
+(the SDK stores them in `inputs` as row refs) and a published object; the calls are read back with
+those refs resolved, filtered and sorted through the resolved values, and `len()` (→
+/calls/query_stats) agrees with the rows iterated.
 """
 
 from __future__ import annotations

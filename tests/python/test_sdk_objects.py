@@ -1,7 +1,7 @@
-"""Objects and files through the real weave 0.54.0 SDK (CONTRACT §8, §9): custom weave.Object
-and weave.Model subclasses published and read back (latest, :v0, by digest), the classes the
-server derives, deletion as the SDK sees it, the SDK's objects query, and a file-backed type (a
-PIL image, several 1 MiB chunks large) round-tripping byte-exact. Every check reads back.
+"""Objects and files through the real weave 0.54.0 SDK (docs/api/files.md, docs/api/objects.md):
+custom weave.Object and weave.Model subclasses published and read back (latest, :v0, by digest), the
+classes the server derives, deletion as the SDK sees it, the SDK's objects query, and a file-backed
+type (a PIL image, several 1 MiB chunks large) round-tripping byte-exact. Every check reads back.
 """
 
 from __future__ import annotations

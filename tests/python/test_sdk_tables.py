@@ -1,7 +1,9 @@
-"""Real weave 0.54.0 SDK against heddle: datasets (tables, CONTRACT §12, §14.4) and refs
-(§11). Small datasets go through /table/create; 5,000 rows take the chunked path, which the
-tests check actually ran (spies on the SDK binding), both with /table/create_from_digests and
-with the /table/update fallback. Everything published is read back and compared.
+"""Real weave 0.54.0 SDK against heddle: datasets (tables, docs/api/tables.md,
+docs/api/tables.md#create-a-table-from-row-digests) and refs
+(docs/api/refs.md#read-a-batch-of-refs). Small datasets go through /table/create; 5,000 rows take
+the chunked path, which the tests check actually ran (spies on the SDK binding), both with
+/table/create_from_digests and with the /table/update fallback. Everything published is read back
+and compared.
 """
 
 from __future__ import annotations

@@ -1,5 +1,6 @@
 """The core write/read-back checks with WEAVE_USE_CALLS_COMPLETE=false, i.e. the SDK's legacy
-ingestion path POST /call/upsert_batch (CONTRACT §0.1, §5.3).
+ingestion path POST /call/upsert_batch (docs/api/calls.md#ingestion-paths,
+docs/api/calls.md#upsert-batch).
 
 How the setting applies: weave reads every setting from the environment on each access
 (weave/trace/settings.py `_env_or_default`), and `use_calls_complete` is read exactly once per
@@ -55,7 +56,8 @@ def test_upsert_attributes(upsert_client: Any, server: HeddleServer) -> None:
 
 def test_raw_upsert_batch_response_and_merge(server: HeddleServer) -> None:
     """/call/upsert_batch answers one entry per item ({"id","trace_id"} for starts, {} for ends)
-    and merges start + end (end arriving first included) into one call (§5, §5.3)."""
+    and merges start + end (end arriving first included) into one call (docs/api/calls.md,
+    docs/api/calls.md#upsert-batch)."""
     import uuid
 
     pid = f"conformance/raw-upsert-{uuid.uuid4().hex[:8]}"
@@ -83,9 +85,9 @@ def test_raw_upsert_batch_response_and_merge(server: HeddleServer) -> None:
     out = server.post_ok("/call/upsert_batch", body)
     res = out["res"]
     assert len(res) == 3, out
-    assert res[0] == {}, f"an end item answers {{}} (§5.3): {out}"
+    assert res[0] == {}, f"an end item answers {{}} (docs/api/calls.md#upsert-batch): {out}"
     assert res[1]["id"] == cid and res[1]["trace_id"] == tid, out
-    assert res[2]["id"] and res[2]["trace_id"], f"server must generate ids (§5.1): {out}"
+    assert res[2]["id"] and res[2]["trace_id"], f"server must generate ids (docs/api/calls.md#start-a-call): {out}"
 
     rows = server.wait_for_calls(pid, 2)
     by_op = {r["op_name"]: r for r in rows}

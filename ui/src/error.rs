@@ -36,21 +36,17 @@ impl UiError {
     }
 }
 
+/// Store and request errors take the API's one mapping (`api/src/error.rs`), so a page and the
+/// endpoint it mirrors answer the same status.
 impl From<StoreError> for UiError {
     fn from(e: StoreError) -> Self {
-        match e {
-            StoreError::NotFound(m) => UiError::NotFound(m),
-            StoreError::Deleted { what, .. } => UiError::NotFound(format!("{what} was deleted")),
-            StoreError::Invalid(m) => UiError::BadRequest(m),
-            StoreError::Overloaded => UiError::Unavailable("the store is overloaded".into()),
-            other => UiError::Internal(other.to_string()),
-        }
+        UiError::from(ApiError::from(e))
     }
 }
 
 impl From<ProtoError> for UiError {
     fn from(e: ProtoError) -> Self {
-        UiError::BadRequest(e.to_string())
+        UiError::from(ApiError::from(e))
     }
 }
 

@@ -1,4 +1,5 @@
-//! `/obj/delete` (CONTRACT §9.4): soft delete of some or all versions of one object.
+//! `/obj/delete` (docs/api/objects.md#delete-an-object): soft delete of some or all versions of one
+//! object.
 
 use serde::{Deserialize, Serialize};
 

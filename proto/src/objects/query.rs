@@ -1,11 +1,11 @@
-//! `/objs/query` (CONTRACT §9.3): the request as the SDK sends it, and the validated
-//! [`ObjectsQuery`] the backends render.
+//! `/objs/query` (docs/api/objects.md#query-objects): the request as the SDK sends it, and the
+//! validated [`ObjectsQuery`] the backends render.
 
 use serde::Deserialize;
 
 use crate::ProtoError;
 use crate::ids::ProjectId;
-use crate::query::{Direction, SortBy};
+use heddle_ql::{Direction, SortBy};
 
 #[derive(Debug, Clone, Default, Deserialize)]
 pub struct ObjectVersionFilter {
@@ -23,7 +23,7 @@ pub struct ObjectVersionFilter {
 pub struct ObjQueryReq {
     pub project_id: ProjectId,
     pub filter: Option<ObjectVersionFilter>,
-    #[serde(default, deserialize_with = "crate::query::sort_list")]
+    #[serde(default, deserialize_with = "heddle_ql::sort_list")]
     pub sort_by: Option<Vec<SortBy>>,
     pub limit: Option<i64>,
     pub offset: Option<i64>,

@@ -1,4 +1,4 @@
-//! OTLP traces → calls (CONTRACT §10, `docs/otlp.md`): decoding OTLP/protobuf and OTLP/JSON,
+//! OTLP traces → calls (docs/api/otel.md, `docs/otlp.md`): decoding OTLP/protobuf and OTLP/JSON,
 //! routing resource spans to projects, and mapping each span to one complete call. A span that
 //! cannot become a call is rejected on its own and counted for `partial_success`; the rest of
 //! the request goes on.

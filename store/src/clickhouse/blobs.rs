@@ -1,24 +1,22 @@
-//! Blobs ([`crate::blobs`]) and the write probe on ClickHouse.
+//! Blobs ([`crate::blobs`]) on ClickHouse, in `call_blob_chunks` (chunk rows like files'); and
+//! the write probe, a row inserted into `heddle_health`.
 
+use async_trait::async_trait;
 use bytes::Bytes;
 use heddle_proto::ProjectId;
 
-use super::rows::{ChunkDataRow, FileChunkRow};
+use super::files::{ChunkDataRow, FileChunkRow};
 use super::sql::Sql;
 use super::{ClickHouseStore, backend};
-use crate::{Result, blobs, files};
+use crate::{BlobStore, Health, Result, blobs, files};
 
 const CHUNKS: &str = "call_blob_chunks";
 
-impl ClickHouseStore {
+#[async_trait]
+impl BlobStore for ClickHouseStore {
     /// One insert of all chunks (one block, so it lands whole). Content-addressed: a blob
     /// already stored is not written again; a racing duplicate writes identical rows.
-    pub(super) async fn put_blob_chunks(
-        &self,
-        project: &ProjectId,
-        digest: &str,
-        content: Bytes,
-    ) -> Result<()> {
+    async fn put_blob(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()> {
         let mut stored = Sql::new("SELECT count() FROM (SELECT DISTINCT chunk_index FROM ");
         stored.push(CHUNKS).push(" WHERE project_id = ").bind_str(project.as_str());
         stored.push(" AND digest = ").bind_str(digest).push(")");
@@ -30,12 +28,7 @@ impl ClickHouseStore {
         self.insert::<FileChunkRow>(CHUNKS, &rows).await
     }
 
-    pub(super) async fn read_blob_chunks(
-        &self,
-        project: &ProjectId,
-        digest: &str,
-        size: u64,
-    ) -> Result<Bytes> {
+    async fn read_blob(&self, project: &ProjectId, digest: &str, size: u64) -> Result<Bytes> {
         let mut select = Sql::new("SELECT data FROM ");
         select.push(CHUNKS).push(" WHERE project_id = ").bind_str(project.as_str());
         select.push(" AND digest = ").bind_str(digest);
@@ -44,8 +37,11 @@ impl ClickHouseStore {
             select.query(self.client()).fetch_all().await.map_err(backend)?;
         blobs::assemble(digest, size, parts.into_iter().map(|r| r.data.0).collect())
     }
+}
 
-    pub(super) async fn probe(&self) -> Result<()> {
+#[async_trait]
+impl Health for ClickHouseStore {
+    async fn probe_write(&self) -> Result<()> {
         self.client()
             .query("INSERT INTO heddle_health (id) VALUES (1)")
             .with_setting("wait_end_of_query", "1")

@@ -3,10 +3,11 @@
 
 use super::sql::*;
 use heddle_proto::calls::{
-    CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
+    CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
 };
 use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
-use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
+use heddle_ql::sql::{Cast, Dialect, FieldSql, and_expr, order_by};
+use heddle_ql::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
 
 /// The select list of a call row, in the order and with the names of `CallRow`. Aliases differ
 /// from the aggregated columns so the `WHERE` and `ORDER BY` still see the columns.
@@ -45,28 +46,76 @@ pub fn select_calls(q: &CallsQuery) -> Sql {
         sql.push("(").push(CALLS_AGG).bind_str(q.project.as_str());
         sql.push(" AND id IN (SELECT id FROM ");
         calls_from(&mut sql, q);
-        order_by(&mut sql, q);
+        order_by(&mut sql, &q.sort);
         paging(&mut sql, q.limit, q.offset);
         sql.push(") GROUP BY project_id, id) AS c");
         if uses_feedback(q, false) {
             feedback_join(&mut sql, q.project.as_str());
         }
-        order_by(&mut sql, q);
+        order_by(&mut sql, &q.sort);
     } else {
         calls_from(&mut sql, q);
-        order_by(&mut sql, q);
+        order_by(&mut sql, &q.sort);
         paging(&mut sql, q.limit, q.offset);
     }
     sql
 }
 
-pub(crate) fn order_by(sql: &mut Sql, q: &CallsQuery) {
-    sql.push(" ORDER BY ");
-    for (i, (field, dir)) in q.sort.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        order_term(sql, field, *dir);
+impl Dialect for Sql {
+    fn push(&mut self, s: &str) -> &mut Self {
+        Sql::push(self, s)
+    }
+    fn literal(&mut self, l: &Lit) {
+        match l {
+            Lit::Str(s) => self.bind_str(s),
+            Lit::Int(i) => self.bind(Param::Int(*i)),
+            Lit::Float(f) => self.bind(Param::Float(*f)),
+            Lit::Bool(b) => self.bind(Param::Int(*b as i64)),
+            Lit::Micros(m) => {
+                self.push("fromUnixTimestamp64Micro(").bind(Param::Int(*m)).push(", 'UTC')")
+            }
+        };
+    }
+    const NULL_AS_FALSE: &'static str = "ifNull";
+    // The list of `$in` may hold fields as well as literals.
+    const IN_AS_EQUALITIES: bool = true;
+    const POSITION: &'static str = "position";
+    const FOLD: &'static str = "lowerUTF8";
+    fn cast(to: ConvertTo, from: ValueType) -> Cast {
+        use ValueType as T;
+        let (pre, post) = match (to, from) {
+            (ConvertTo::Double, T::Timestamp) => ("(toUnixTimestamp64Micro(", ") / 1e6)"),
+            (ConvertTo::Double, T::Int | T::Float | T::Bool) => ("toFloat64(", ")"),
+            // A string's number as `$convert` reads it: trimmed, NULL when not a finite
+            // number. ClickHouse evaluates the twice-rendered operand once.
+            (ConvertTo::Double, _) => {
+                return Cast::Twice(
+                    "if(isFinite(ifNull(toFloat64OrNull(trimBoth(",
+                    ")), nan)), toFloat64OrNull(trimBoth(",
+                    ")), NULL)",
+                );
+            }
+            (ConvertTo::Int, T::Timestamp) => ("intDiv(toUnixTimestamp64Micro(", "), 1000000)"),
+            (ConvertTo::Int, T::Float) => ("toInt64(", ")"),
+            (ConvertTo::Int, _) => ("toInt64OrNull(trimBoth(", "))"),
+            // A string to bool: 'true'/'1' and 'false'/'0', anything else NULL.
+            (ConvertTo::Bool, _) => {
+                return Cast::Twice(
+                    "multiIf((",
+                    ") IN ('true', '1'), 1, (",
+                    ") IN ('false', '0'), 0, NULL)",
+                );
+            }
+            (ConvertTo::String, T::Bool) => ("if(", ", 'true', 'false')"),
+            (ConvertTo::String, T::Timestamp) => ("toString(toUnixTimestamp64Micro(", "))"),
+            (ConvertTo::String, _) => ("toString(", ")"),
+            (ConvertTo::Exists, _) => unreachable!("rendered by the walker"),
+        };
+        Cast::Wrap(pre, post)
+    }
+    /// NULLs sort as the smallest value, as in SQLite.
+    fn nulls(dir: Direction) -> &'static str {
+        if dir == Direction::Asc { " NULLS FIRST" } else { " NULLS LAST" }
     }
 }
 
@@ -104,11 +153,7 @@ pub(crate) fn calls_from(sql: &mut Sql, q: &CallsQuery) {
     }
     sql.push(" WHERE started AND deleted_at IS NULL");
     filter(sql, &q.filter);
-    if let Some(e) = &q.expr {
-        sql.push(" AND (");
-        expr(sql, e);
-        sql.push(")");
-    }
+    and_expr(sql, q.expr.as_ref());
 }
 
 /// Row-level pre-filters that narrow the aggregation to the calls that can match, using the
@@ -133,33 +178,14 @@ pub(crate) fn prefilter(sql: &mut Sql, q: &CallsQuery) {
 }
 
 pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
-    // Empty lists mean "no constraint", except thread and turn ids where the real server
-    // matches nothing (CONTRACT §5.10).
-    let memberships: [(&str, &Option<Vec<String>>, bool); 7] = [
-        ("parent_id", &f.parent_ids, false),
-        ("trace_id", &f.trace_ids, false),
-        ("id", &f.call_ids, false),
-        ("wb_user_id", &f.wb_user_ids, false),
-        ("wb_run_id", &f.wb_run_ids, false),
-        ("thread_id", &f.thread_ids, true),
-        ("turn_id", &f.turn_ids, true),
-    ];
-    for (col, list, empty_matches_nothing) in memberships {
-        match list {
-            Some(l) if !l.is_empty() || empty_matches_nothing => {
-                sql.push(" AND ifNull(").push(col).push(" IN ");
-                sql.bind(Param::StrList(l.clone())).push(", 0)");
-            }
-            _ => {}
-        }
+    for (col, list) in f.memberships() {
+        sql.push(" AND ifNull(").push(col).push(" IN ");
+        sql.bind(Param::StrList(list.to_vec())).push(", 0)");
     }
-    if let Some(ops) = f.op_names.as_ref().filter(|o| !o.is_empty()) {
-        let (wild, exact): (Vec<&String>, Vec<&String>) =
-            ops.iter().partition(|o| o.ends_with(":*"));
-        let exact: Vec<String> = exact.into_iter().cloned().collect();
+    if let Some((exact, prefixes)) = f.op_name_patterns() {
         sql.push(" AND (op_name IN ").bind(Param::StrList(exact));
-        for w in wild {
-            sql.push(" OR startsWith(op_name, ").bind_str(&w[..w.len() - 1]).push(")");
+        for prefix in prefixes {
+            sql.push(" OR startsWith(op_name, ").bind_str(prefix).push(")");
         }
         sql.push(")");
     }
@@ -171,28 +197,6 @@ pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
     }
     if f.trace_roots_only == Some(true) {
         sql.push(" AND parent_id IS NULL");
-    }
-}
-
-pub(crate) fn column_name(c: CallColumn) -> &'static str {
-    use CallColumn::*;
-    match c {
-        Id => "id",
-        ProjectId => "project_id",
-        OpName => "op_name",
-        DisplayName => "display_name",
-        TraceId => "trace_id",
-        ParentId => "parent_id",
-        ThreadId => "thread_id",
-        TurnId => "turn_id",
-        Exception => "exception",
-        WbUserId => "wb_user_id",
-        WbRunId => "wb_run_id",
-        WbRunStep => "wb_run_step",
-        WbRunStepEnd => "wb_run_step_end",
-        StartedAt => "started_at",
-        EndedAt => "ended_at",
-        DeletedAt => "deleted_at",
     }
 }
 
@@ -265,8 +269,9 @@ pub(crate) fn index_guards(sql: &mut Sql, root: impl JsonSrc, segs: &[String]) {
 }
 
 /// A JSON path with string semantics: scalars as their JSON text (strings unquoted), and
-/// `''` for missing, null, objects and arrays (CONTRACT §2). Numbers are either integers that
-/// ClickHouse writes back exactly, or strings in the `_q` copy holding their exact text.
+/// `''` for missing, null, objects and arrays (docs/api/query.md#typing). Numbers are either
+/// integers that ClickHouse writes back exactly, or strings in the `_q` copy holding their exact
+/// text.
 pub(crate) fn json_string(sql: &mut Sql, root: impl JsonSrc, segs: &[String]) {
     sql.push("multiIf(NOT (");
     index_guards(sql, root, segs);
@@ -308,7 +313,7 @@ const LATENCY_SQL: &str =
 pub(crate) fn field(sql: &mut Sql, f: &CallField) {
     match f {
         CallField::Column(c) => {
-            sql.push(column_name(*c));
+            sql.push(c.name());
         }
         CallField::Json(root, segs) => json_string(sql, *root, segs),
         CallField::Status => {
@@ -324,30 +329,13 @@ pub(crate) fn field(sql: &mut Sql, f: &CallField) {
     }
 }
 
-/// A field a query expression can read: calls and feedback rows have their own.
-pub(crate) trait FieldSql {
-    fn value(&self, sql: &mut Sql);
-    /// Whether the field has JSON-path semantics (missing reads as `''`).
-    fn is_json(&self) -> bool;
-    /// "Present and not JSON null", for a field with `is_json`.
-    fn exists(&self, sql: &mut Sql);
-}
-
-impl FieldSql for CallField {
+impl FieldSql<Sql> for CallField {
     fn value(&self, sql: &mut Sql) {
         field(sql, self)
     }
-    fn is_json(&self) -> bool {
-        matches!(self, CallField::Json(..) | CallField::Feedback(_))
-    }
     fn exists(&self, sql: &mut Sql) {
-        match self {
-            CallField::Json(root, segs) => json_exists(sql, *root, segs),
-            other => {
-                sql.push("(");
-                field(sql, other);
-                sql.push(" != '')");
-            }
+        if let CallField::Json(root, segs) = self {
+            json_exists(sql, *root, segs)
         }
     }
 }
@@ -437,7 +425,7 @@ pub(crate) fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
 /// The payload's JSON text for the query language (see `FeedbackRow::payload_q`).
 const PAYLOAD_SRC: &str = "if(empty(payload_q), payload, payload_q)";
 
-impl FieldSql for FeedbackField {
+impl FieldSql<Sql> for FeedbackField {
     fn value(&self, sql: &mut Sql) {
         match self {
             FeedbackField::Column(c) => {
@@ -445,9 +433,6 @@ impl FieldSql for FeedbackField {
             }
             FeedbackField::Payload(segs) => json_string(sql, PAYLOAD_SRC, segs),
         }
-    }
-    fn is_json(&self) -> bool {
-        matches!(self, FeedbackField::Payload(_))
     }
     fn exists(&self, sql: &mut Sql) {
         if let FeedbackField::Payload(segs) = self {
@@ -466,11 +451,7 @@ const FEEDBACK_COLUMNS: &str = "project_id, id, weave_ref, feedback_type, creato
 
 pub(crate) fn feedback_where(sql: &mut Sql, q: &FeedbackQuery) {
     sql.push(" FROM feedback FINAL WHERE project_id = ").bind_str(q.project.as_str());
-    if let Some(e) = &q.expr {
-        sql.push(" AND (");
-        expr(sql, e);
-        sql.push(")");
-    }
+    and_expr(sql, q.expr.as_ref());
 }
 
 /// `/feedback/query`: the project's rows matching the query, sorted and paged.
@@ -478,30 +459,7 @@ pub fn select_feedback(q: &FeedbackQuery) -> Sql {
     let mut sql = Sql::default();
     sql.push("SELECT ").push(FEEDBACK_COLUMNS);
     feedback_where(&mut sql, q);
-    sql.push(" ORDER BY ");
-    for (i, (f, dir)) in q.sort.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        let d = match dir {
-            Direction::Asc => " ASC",
-            Direction::Desc => " DESC",
-        };
-        match f {
-            FeedbackField::Payload(segs) => {
-                json_exists(&mut sql, PAYLOAD_SRC, segs);
-                sql.push(" DESC, ");
-                to_double(&mut sql, |s| json_string(s, PAYLOAD_SRC, segs));
-                sql.push(d).push(" NULLS LAST, ");
-                json_string(&mut sql, PAYLOAD_SRC, segs);
-                sql.push(d);
-            }
-            FeedbackField::Column(c) => {
-                sql.push(c.name()).push(d);
-                sql.push(if *dir == Direction::Asc { " NULLS FIRST" } else { " NULLS LAST" });
-            }
-        }
-    }
+    order_by(&mut sql, &q.sort);
     paging(&mut sql, q.limit, q.offset);
     sql
 }
@@ -539,185 +497,4 @@ pub fn purge_feedback(project: &str, ids: &[String]) -> Sql {
     sql.push("DELETE FROM feedback WHERE project_id = ").bind_str(project);
     sql.push(" AND id IN ").bind(Param::StrList(ids.to_vec()));
     sql
-}
-
-pub(crate) fn literal(sql: &mut Sql, l: &Lit) {
-    match l {
-        Lit::Str(s) => sql.bind_str(s),
-        Lit::Int(i) => sql.bind(Param::Int(*i)),
-        Lit::Float(f) => sql.bind(Param::Float(*f)),
-        Lit::Bool(b) => sql.bind(Param::Int(*b as i64)),
-        Lit::Micros(m) => {
-            sql.push("fromUnixTimestamp64Micro(").bind(Param::Int(*m)).push(", 'UTC')")
-        }
-    };
-}
-
-pub(crate) fn operand<F: FieldSql>(sql: &mut Sql, o: &TOperand<F>) {
-    match o {
-        TOperand::Lit(l) => literal(sql, l),
-        TOperand::Field(f) => f.value(sql),
-        TOperand::Expr(e) => {
-            sql.push("(");
-            expr(sql, e);
-            sql.push(")");
-        }
-        TOperand::Convert(inner, from, to) => convert(sql, inner, *from, *to),
-    }
-}
-
-/// A string's number as `$convert` reads it: trimmed, NULL when not a finite number. The
-/// operand is rendered twice; ClickHouse evaluates common subexpressions once.
-pub(crate) fn to_double(sql: &mut Sql, render: impl Fn(&mut Sql)) {
-    sql.push("if(isFinite(ifNull(toFloat64OrNull(trimBoth(");
-    render(sql);
-    sql.push(")), nan)), toFloat64OrNull(trimBoth(");
-    render(sql);
-    sql.push(")), NULL)");
-}
-
-pub(crate) fn convert<F: FieldSql>(
-    sql: &mut Sql,
-    inner: &TOperand<F>,
-    from: ValueType,
-    to: ConvertTo,
-) {
-    use ValueType as T;
-    if to == ConvertTo::Exists {
-        if let TOperand::Field(f) = inner
-            && f.is_json()
-        {
-            return f.exists(sql);
-        }
-        sql.push("(");
-        operand(sql, inner);
-        sql.push(" IS NOT NULL)");
-        return;
-    }
-    if to == ConvertTo::Double && !matches!(from, T::Timestamp | T::Int | T::Float | T::Bool) {
-        return to_double(sql, |s| operand(s, inner));
-    }
-    // A string to bool: 'true'/'1' and 'false'/'0', anything else NULL.
-    if to == ConvertTo::Bool && matches!(from, T::String | T::Null) {
-        sql.push("multiIf((");
-        operand(sql, inner);
-        sql.push(") IN ('true', '1'), 1, (");
-        operand(sql, inner);
-        sql.push(") IN ('false', '0'), 0, NULL)");
-        return;
-    }
-    let (pre, post) = match (to, from) {
-        (ConvertTo::Double, T::Timestamp) => ("(toUnixTimestamp64Micro(", ") / 1e6)"),
-        (ConvertTo::Double, T::Int | T::Float | T::Bool) => ("toFloat64(", ")"),
-        (ConvertTo::Double, _) => unreachable!("handled above"),
-        (ConvertTo::Int, T::Timestamp) => ("intDiv(toUnixTimestamp64Micro(", "), 1000000)"),
-        (ConvertTo::Int, T::Int | T::Bool) => ("(", ")"),
-        (ConvertTo::Int, T::Float) => ("toInt64(", ")"),
-        (ConvertTo::Int, _) => ("toInt64OrNull(trimBoth(", "))"),
-        (ConvertTo::Bool, T::Bool) => ("(", ")"),
-        (ConvertTo::Bool, T::Int | T::Float) => ("(", " != 0)"),
-        (ConvertTo::Bool, T::Timestamp) => ("(", " IS NOT NULL)"),
-        (ConvertTo::String, T::String) => ("(", ")"),
-        (ConvertTo::String, T::Bool) => ("if(", ", 'true', 'false')"),
-        (ConvertTo::String, T::Timestamp) => ("toString(toUnixTimestamp64Micro(", "))"),
-        (ConvertTo::String, _) => ("toString(", ")"),
-        (ConvertTo::Exists, _) | (ConvertTo::Bool, T::String | T::Null) => {
-            unreachable!("handled above")
-        }
-    };
-    sql.push(pre);
-    operand(sql, inner);
-    sql.push(post);
-}
-
-pub(crate) fn expr<F: FieldSql>(sql: &mut Sql, e: &TExpr<F>) {
-    match e {
-        TExpr::And(xs) | TExpr::Or(xs) => {
-            let sep = if matches!(e, TExpr::And(_)) { " AND " } else { " OR " };
-            sql.push("(");
-            for (i, x) in xs.iter().enumerate() {
-                if i > 0 {
-                    sql.push(sep);
-                }
-                expr(sql, x);
-            }
-            sql.push(")");
-        }
-        TExpr::Not(x) => {
-            // Comparisons with NULL are NULL, so their negation must be true: ifNull.
-            sql.push("(NOT ifNull((");
-            expr(sql, x);
-            sql.push("), 0))");
-        }
-        TExpr::Cmp(op, a, b) => {
-            sql.push("(");
-            operand(sql, a);
-            sql.push(" ").push(op.sql()).push(" ");
-            operand(sql, b);
-            sql.push(")");
-        }
-        TExpr::IsNull(a) => {
-            sql.push("(");
-            operand(sql, a);
-            if let TOperand::Field(f) = a
-                && f.is_json()
-            {
-                // Missing and JSON null read as '' (CONTRACT §2).
-                sql.push(" = '')");
-            } else {
-                sql.push(" IS NULL)");
-            }
-        }
-        TExpr::In(a, bs) => {
-            if bs.is_empty() {
-                sql.push("0");
-                return;
-            }
-            // Equalities rather than IN: the list may hold fields as well as literals.
-            sql.push("(");
-            for (i, b) in bs.iter().enumerate() {
-                if i > 0 {
-                    sql.push(" OR ");
-                }
-                sql.push("(");
-                operand(sql, a);
-                sql.push(" = ");
-                operand(sql, b);
-                sql.push(")");
-            }
-            sql.push(")");
-        }
-        TExpr::Contains { input, substr, case_insensitive } => {
-            // lower() is ASCII-only, like SQLite's.
-            let (pre, post) = if *case_insensitive { ("lower(", ")") } else { ("(", ")") };
-            sql.push("(position(").push(pre);
-            operand(sql, input);
-            sql.push(post).push(", ").push(pre);
-            operand(sql, substr);
-            sql.push(post).push(") > 0)");
-        }
-    }
-}
-
-pub(crate) fn order_term(sql: &mut Sql, f: &CallField, dir: Direction) {
-    let d = match dir {
-        Direction::Asc => " ASC",
-        Direction::Desc => " DESC",
-    };
-    match f {
-        CallField::Json(root, segs) => {
-            // Present values first, then numerically, then as strings (CONTRACT §2).
-            json_exists(sql, *root, segs);
-            sql.push(" DESC, ");
-            to_double(sql, |s| json_string(s, *root, segs));
-            sql.push(d).push(" NULLS LAST, ");
-            json_string(sql, *root, segs);
-            sql.push(d);
-        }
-        other => {
-            field(sql, other);
-            // NULLs sort as the smallest value, as in SQLite.
-            sql.push(d).push(if dir == Direction::Asc { " NULLS FIRST" } else { " NULLS LAST" });
-        }
-    }
 }

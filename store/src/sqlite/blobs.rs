@@ -1,11 +1,15 @@
-//! Blobs ([`crate::blobs`]) and the write probe on SQLite.
+//! Blobs ([`crate::blobs`]) on SQLite, in `call_blob_chunks`; and the write probe, a row of
+//! `heddle_health` written again.
 
+use async_trait::async_trait;
 use bytes::Bytes;
+use heddle_proto::ProjectId;
 use heddle_proto::time::Micros;
-use rusqlite::{Connection, params};
+use rusqlite::params;
 
+use super::SqliteStore;
 use super::writer::backend;
-use crate::{Result, blobs, files};
+use crate::{BlobStore, Health, Result, blobs, files};
 
 /// Identical rows of a repeated write are skipped.
 const INSERT_CHUNK: &str = "INSERT OR IGNORE INTO call_blob_chunks (project_id, digest, \
@@ -16,27 +20,50 @@ const SELECT_CHUNKS: &str = "SELECT data FROM call_blob_chunks WHERE project_id 
 
 const PROBE: &str = "INSERT OR REPLACE INTO heddle_health (id, probed_at) VALUES (1, ?1)";
 
-/// Writes every chunk; the caller runs it in one savepoint, so a blob commits whole.
-pub(super) fn put(conn: &Connection, project: &str, digest: &str, content: &Bytes) -> Result<()> {
-    let mut insert = conn.prepare_cached(INSERT_CHUNK).map_err(backend)?;
-    for (i, data) in files::chunks(content) {
-        insert.execute(params![project, digest, i, &data[..]]).map_err(backend)?;
+#[async_trait]
+impl BlobStore for SqliteStore {
+    /// Every chunk in one writer job (one savepoint), so a blob commits whole.
+    async fn put_blob(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()> {
+        let (project, digest) = (project.clone(), digest.to_owned());
+        self.writer
+            .exec(move |conn| {
+                let mut insert = conn.prepare_cached(INSERT_CHUNK).map_err(backend)?;
+                for (i, data) in files::chunks(&content) {
+                    insert
+                        .execute(params![project.as_str(), digest, i, &data[..]])
+                        .map_err(backend)?;
+                }
+                Ok(())
+            })
+            .await
     }
-    Ok(())
-}
 
-pub(super) fn read(conn: &Connection, project: &str, digest: &str, size: u64) -> Result<Bytes> {
-    let parts = conn
-        .prepare_cached(SELECT_CHUNKS)
-        .and_then(|mut st| {
-            st.query_map(params![project, digest], |r| r.get::<_, Vec<u8>>(0).map(Bytes::from))?
-                .collect::<rusqlite::Result<Vec<_>>>()
+    async fn read_blob(&self, project: &ProjectId, digest: &str, size: u64) -> Result<Bytes> {
+        let (project, digest) = (project.clone(), digest.to_owned());
+        self.read(move |conn| {
+            let parts = conn
+                .prepare_cached(SELECT_CHUNKS)
+                .and_then(|mut st| {
+                    st.query_map(params![project.as_str(), digest], |r| {
+                        r.get::<_, Vec<u8>>(0).map(Bytes::from)
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()
+                })
+                .map_err(backend)?;
+            blobs::assemble(&digest, size, parts)
         })
-        .map_err(backend)?;
-    blobs::assemble(digest, size, parts)
+        .await
+    }
 }
 
-pub(super) fn probe(conn: &Connection) -> Result<()> {
-    conn.execute(PROBE, params![Micros::now().0]).map_err(backend)?;
-    Ok(())
+#[async_trait]
+impl Health for SqliteStore {
+    async fn probe_write(&self) -> Result<()> {
+        self.writer
+            .exec(|conn| {
+                conn.execute(PROBE, params![Micros::now().0]).map_err(backend)?;
+                Ok(())
+            })
+            .await
+    }
 }

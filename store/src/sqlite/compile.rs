@@ -3,10 +3,11 @@
 //! parameters; the only text spliced in is column names and operators chosen from enums here.
 
 use heddle_proto::calls::{
-    CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
+    CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
 };
 use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
-use heddle_proto::query::{ConvertTo, Direction, Lit, TExpr, TOperand, ValueType};
+use heddle_ql::sql::{Cast, Dialect, FieldSql, and_expr, order_by};
+use heddle_ql::{ConvertTo, Direction, Lit, ValueType};
 use rusqlite::types::Value;
 
 /// The select list of a call row, in the order `row_to_call` reads it.
@@ -50,17 +51,50 @@ impl Sql {
     }
 }
 
+impl Dialect for Sql {
+    fn push(&mut self, s: &str) -> &mut Self {
+        Sql::push(self, s)
+    }
+    fn literal(&mut self, l: &Lit) {
+        match l {
+            Lit::Str(s) => self.bind(s.clone()),
+            Lit::Int(i) | Lit::Micros(i) => self.bind(*i),
+            Lit::Float(f) => self.bind(*f),
+            Lit::Bool(b) => self.bind(*b as i64),
+        };
+    }
+    const NULL_AS_FALSE: &'static str = "COALESCE";
+    const IN_AS_EQUALITIES: bool = false;
+    const POSITION: &'static str = "instr";
+    // hd_fold is registered in functions.rs.
+    const FOLD: &'static str = "hd_fold";
+    fn cast(to: ConvertTo, from: ValueType) -> Cast {
+        use ValueType as T;
+        let (pre, post) = match (to, from) {
+            (ConvertTo::Double, T::Timestamp) => ("(CAST(", " AS REAL) / 1e6)"),
+            (ConvertTo::Double, T::Int | T::Float | T::Bool) => ("CAST(", " AS REAL)"),
+            (ConvertTo::Double, _) => ("hd_to_double(", ")"),
+            (ConvertTo::Int, T::Timestamp) => ("(", " / 1000000)"),
+            (ConvertTo::Int, T::Float) => ("CAST(", " AS INTEGER)"),
+            (ConvertTo::Int, _) => ("hd_to_int(", ")"),
+            (ConvertTo::Bool, _) => ("hd_to_bool(", ")"),
+            (ConvertTo::String, T::Bool) => ("(CASE WHEN ", " THEN 'true' ELSE 'false' END)"),
+            (ConvertTo::String, _) => ("CAST(", " AS TEXT)"),
+            (ConvertTo::Exists, _) => unreachable!("rendered by the walker"),
+        };
+        Cast::Wrap(pre, post)
+    }
+    /// SQLite sorts NULLs as the smallest value already.
+    fn nulls(_: Direction) -> &'static str {
+        ""
+    }
+}
+
 pub fn select_calls(q: &CallsQuery) -> Sql {
     let mut sql = Sql::default();
     sql.push("SELECT ").push(&call_columns(q)).push(" FROM calls WHERE ");
     where_clause(&mut sql, q);
-    sql.push(" ORDER BY ");
-    for (i, (field, dir)) in q.sort.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        order_term(&mut sql, field, *dir);
-    }
+    order_by(&mut sql, &q.sort);
     if q.limit.is_some() || q.offset > 0 {
         let limit = q.limit.map_or(-1, |l| l.min(i64::MAX as u64) as i64);
         sql.push(" LIMIT ").bind(limit).push(" OFFSET ").bind(q.offset.min(i64::MAX as u64) as i64);
@@ -84,40 +118,16 @@ pub(crate) fn where_clause(sql: &mut Sql, q: &CallsQuery) {
         .bind(q.project.as_str().to_owned())
         .push(" AND deleted_at IS NULL AND started_at IS NOT NULL");
     filter(sql, &q.filter);
-    if let Some(e) = &q.expr {
-        sql.push(" AND (");
-        expr(sql, e);
-        sql.push(")");
-    }
+    and_expr(sql, q.expr.as_ref());
 }
 
 pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
-    // Empty lists mean "no constraint", except thread and turn ids where the real server
-    // matches nothing (CONTRACT §5.10).
-    let memberships: [(&str, &Option<Vec<String>>, bool); 7] = [
-        ("parent_id", &f.parent_ids, false),
-        ("trace_id", &f.trace_ids, false),
-        ("id", &f.call_ids, false),
-        ("wb_user_id", &f.wb_user_ids, false),
-        ("wb_run_id", &f.wb_run_ids, false),
-        ("thread_id", &f.thread_ids, true),
-        ("turn_id", &f.turn_ids, true),
-    ];
-    for (col, list, empty_matches_nothing) in memberships {
-        match list {
-            Some(l) if !l.is_empty() || empty_matches_nothing => {
-                sql.push(" AND ").push(col).push(" IN ").bind_list(l);
-            }
-            _ => {}
-        }
+    for (col, list) in f.memberships() {
+        sql.push(" AND ").push(col).push(" IN ").bind_list(list);
     }
-    if let Some(ops) = f.op_names.as_ref().filter(|o| !o.is_empty()) {
-        let (wild, exact): (Vec<&String>, Vec<&String>) =
-            ops.iter().partition(|o| o.ends_with(":*"));
-        let exact: Vec<String> = exact.into_iter().cloned().collect();
+    if let Some((exact, prefixes)) = f.op_name_patterns() {
         sql.push(" AND (op_name IN ").bind_list(&exact);
-        for w in wild {
-            let prefix = &w[..w.len() - 1];
+        for prefix in prefixes {
             sql.push(" OR substr(op_name, 1, ")
                 .bind(prefix.chars().count() as i64)
                 .push(") = ")
@@ -136,28 +146,6 @@ pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
     }
     if f.trace_roots_only == Some(true) {
         sql.push(" AND parent_id IS NULL");
-    }
-}
-
-pub(crate) fn column_name(c: CallColumn) -> &'static str {
-    use CallColumn::*;
-    match c {
-        Id => "id",
-        ProjectId => "project_id",
-        OpName => "op_name",
-        DisplayName => "display_name",
-        TraceId => "trace_id",
-        ParentId => "parent_id",
-        ThreadId => "thread_id",
-        TurnId => "turn_id",
-        Exception => "exception",
-        WbUserId => "wb_user_id",
-        WbRunId => "wb_run_id",
-        WbRunStep => "wb_run_step",
-        WbRunStepEnd => "wb_run_step_end",
-        StartedAt => "started_at",
-        EndedAt => "ended_at",
-        DeletedAt => "deleted_at",
     }
 }
 
@@ -188,7 +176,7 @@ pub(crate) fn json_path(segs: &[String]) -> String {
 }
 
 /// A JSON path with string semantics: scalars as their JSON text (strings unquoted), and
-/// `''` for missing, null, objects and arrays (CONTRACT §2).
+/// `''` for missing, null, objects and arrays (docs/api/query.md#typing).
 pub(crate) fn json_string(sql: &mut Sql, root: JsonRoot, segs: &[String]) {
     json_string_in(sql, json_column(root), segs)
 }
@@ -222,7 +210,7 @@ const STATUS_SQL: &str = "(CASE WHEN exception IS NOT NULL THEN 'error' \
 pub(crate) fn field(sql: &mut Sql, f: &CallField) {
     match f {
         CallField::Column(c) => {
-            sql.push(column_name(*c));
+            sql.push(c.name());
         }
         CallField::Json(root, segs) => json_string(sql, *root, segs),
         CallField::Status => {
@@ -238,36 +226,19 @@ pub(crate) fn field(sql: &mut Sql, f: &CallField) {
     }
 }
 
-/// A field a query expression can read: calls and feedback rows have their own.
-pub(crate) trait FieldSql {
-    fn value(&self, sql: &mut Sql);
-    /// Whether the field has JSON-path semantics (missing reads as `''`).
-    fn is_json(&self) -> bool;
-    /// "Present and not JSON null", for a field with `is_json`.
-    fn exists(&self, sql: &mut Sql);
-}
-
-impl FieldSql for CallField {
+impl FieldSql<Sql> for CallField {
     fn value(&self, sql: &mut Sql) {
         field(sql, self)
     }
-    fn is_json(&self) -> bool {
-        matches!(self, CallField::Json(..) | CallField::Feedback(_))
-    }
     fn exists(&self, sql: &mut Sql) {
-        match self {
-            CallField::Json(root, segs) => json_exists(sql, *root, segs),
-            other => {
-                sql.push("(");
-                field(sql, other);
-                sql.push(" != '')");
-            }
+        if let CallField::Json(root, segs) = self {
+            json_exists(sql, *root, segs)
         }
     }
 }
 
-/// `feedback.[<type>]...` of the call (CONTRACT §2): of the call's feedback rows of the type,
-/// the newest non-empty value, else `''`. A correlated subquery on `feedback_by_ref`.
+/// `feedback.[<type>]...` of the call (docs/api/query.md#calls-fields): of the call's feedback rows
+/// of the type, the newest non-empty value, else `''`. A correlated subquery on `feedback_by_ref`.
 pub(crate) fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
     sql.push("COALESCE((SELECT v FROM (SELECT ");
     match &sel.target {
@@ -299,7 +270,7 @@ pub(crate) fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
     sql.push(") WHERE v != '' ORDER BY t DESC, i DESC LIMIT 1), '')");
 }
 
-impl FieldSql for FeedbackField {
+impl FieldSql<Sql> for FeedbackField {
     fn value(&self, sql: &mut Sql) {
         match self {
             FeedbackField::Column(c) => {
@@ -307,9 +278,6 @@ impl FieldSql for FeedbackField {
             }
             FeedbackField::Payload(segs) => json_string_in(sql, "payload", segs),
         }
-    }
-    fn is_json(&self) -> bool {
-        matches!(self, FeedbackField::Payload(_))
     }
     fn exists(&self, sql: &mut Sql) {
         if let FeedbackField::Payload(segs) = self {
@@ -348,11 +316,7 @@ pub fn feedback_for_refs() -> String {
 
 pub(crate) fn feedback_where(sql: &mut Sql, q: &FeedbackQuery) {
     sql.push(" FROM feedback WHERE project_id = ").bind(q.project.as_str().to_owned());
-    if let Some(e) = &q.expr {
-        sql.push(" AND (");
-        expr(sql, e);
-        sql.push(")");
-    }
+    and_expr(sql, q.expr.as_ref());
 }
 
 /// `/feedback/query`: the project's rows matching the query, sorted and paged.
@@ -360,29 +324,7 @@ pub fn select_feedback(q: &FeedbackQuery) -> Sql {
     let mut sql = Sql::default();
     sql.push("SELECT ").push(FEEDBACK_COLUMNS);
     feedback_where(&mut sql, q);
-    sql.push(" ORDER BY ");
-    for (i, (f, dir)) in q.sort.iter().enumerate() {
-        if i > 0 {
-            sql.push(", ");
-        }
-        let d = match dir {
-            Direction::Asc => " ASC",
-            Direction::Desc => " DESC",
-        };
-        match f {
-            FeedbackField::Payload(segs) => {
-                json_exists_in(&mut sql, "payload", segs);
-                sql.push(" DESC, hd_to_double(");
-                json_string_in(&mut sql, "payload", segs);
-                sql.push(")").push(d).push(" NULLS LAST, ");
-                json_string_in(&mut sql, "payload", segs);
-                sql.push(d);
-            }
-            FeedbackField::Column(c) => {
-                sql.push(c.name()).push(d);
-            }
-        }
-    }
+    order_by(&mut sql, &q.sort);
     if q.limit.is_some() || q.offset > 0 {
         let limit = q.limit.map_or(-1, |l| l.min(i64::MAX as u64) as i64);
         sql.push(" LIMIT ").bind(limit).push(" OFFSET ").bind(q.offset.min(i64::MAX as u64) as i64);
@@ -396,157 +338,4 @@ pub fn count_feedback(q: &FeedbackQuery) -> Sql {
     sql.push("SELECT COUNT(*)");
     feedback_where(&mut sql, q);
     sql
-}
-
-pub(crate) fn literal(sql: &mut Sql, l: &Lit) {
-    match l {
-        Lit::Str(s) => sql.bind(s.clone()),
-        Lit::Int(i) | Lit::Micros(i) => sql.bind(*i),
-        Lit::Float(f) => sql.bind(*f),
-        Lit::Bool(b) => sql.bind(*b as i64),
-    };
-}
-
-pub(crate) fn operand<F: FieldSql>(sql: &mut Sql, o: &TOperand<F>) {
-    match o {
-        TOperand::Lit(l) => literal(sql, l),
-        TOperand::Field(f) => f.value(sql),
-        TOperand::Expr(e) => {
-            sql.push("(");
-            expr(sql, e);
-            sql.push(")");
-        }
-        TOperand::Convert(inner, from, to) => convert(sql, inner, *from, *to),
-    }
-}
-
-pub(crate) fn convert<F: FieldSql>(
-    sql: &mut Sql,
-    inner: &TOperand<F>,
-    from: ValueType,
-    to: ConvertTo,
-) {
-    use ValueType as T;
-    if to == ConvertTo::Exists {
-        if let TOperand::Field(f) = inner
-            && f.is_json()
-        {
-            return f.exists(sql);
-        }
-        sql.push("(");
-        operand(sql, inner);
-        sql.push(" IS NOT NULL)");
-        return;
-    }
-    let (pre, post) = match (to, from) {
-        (ConvertTo::Double, T::Timestamp) => ("(CAST(", " AS REAL) / 1e6)"),
-        (ConvertTo::Double, T::Int | T::Float | T::Bool) => ("CAST(", " AS REAL)"),
-        (ConvertTo::Double, _) => ("hd_to_double(", ")"),
-        (ConvertTo::Int, T::Timestamp) => ("(", " / 1000000)"),
-        (ConvertTo::Int, T::Int | T::Bool) => ("(", ")"),
-        (ConvertTo::Int, T::Float) => ("CAST(", " AS INTEGER)"),
-        (ConvertTo::Int, _) => ("hd_to_int(", ")"),
-        (ConvertTo::Bool, T::Bool) => ("(", ")"),
-        (ConvertTo::Bool, T::Int | T::Float) => ("(", " != 0)"),
-        (ConvertTo::Bool, T::Timestamp) => ("(", " IS NOT NULL)"),
-        (ConvertTo::Bool, _) => ("hd_to_bool(", ")"),
-        (ConvertTo::String, T::String) => ("(", ")"),
-        (ConvertTo::String, T::Bool) => ("(CASE WHEN ", " THEN 'true' ELSE 'false' END)"),
-        (ConvertTo::String, _) => ("CAST(", " AS TEXT)"),
-        (ConvertTo::Exists, _) => unreachable!("handled above"),
-    };
-    sql.push(pre);
-    operand(sql, inner);
-    sql.push(post);
-}
-
-pub(crate) fn expr<F: FieldSql>(sql: &mut Sql, e: &TExpr<F>) {
-    match e {
-        TExpr::And(xs) | TExpr::Or(xs) => {
-            let sep = if matches!(e, TExpr::And(_)) { " AND " } else { " OR " };
-            sql.push("(");
-            for (i, x) in xs.iter().enumerate() {
-                if i > 0 {
-                    sql.push(sep);
-                }
-                expr(sql, x);
-            }
-            sql.push(")");
-        }
-        TExpr::Not(x) => {
-            // Comparisons with NULL are false, so their negation must be true: COALESCE.
-            sql.push("(NOT COALESCE((");
-            expr(sql, x);
-            sql.push("), 0))");
-        }
-        TExpr::Cmp(op, a, b) => {
-            sql.push("(");
-            operand(sql, a);
-            sql.push(" ").push(op.sql()).push(" ");
-            operand(sql, b);
-            sql.push(")");
-        }
-        TExpr::IsNull(a) => {
-            if let TOperand::Field(f) = a
-                && f.is_json()
-            {
-                // Missing and JSON null read as '' (CONTRACT §2).
-                sql.push("(");
-                operand(sql, a);
-                sql.push(" = '')");
-            } else {
-                sql.push("(");
-                operand(sql, a);
-                sql.push(" IS NULL)");
-            }
-        }
-        TExpr::In(a, bs) => {
-            if bs.is_empty() {
-                sql.push("0");
-                return;
-            }
-            sql.push("(");
-            operand(sql, a);
-            sql.push(" IN (");
-            for (i, b) in bs.iter().enumerate() {
-                if i > 0 {
-                    sql.push(", ");
-                }
-                operand(sql, b);
-            }
-            sql.push("))");
-        }
-        TExpr::Contains { input, substr, case_insensitive } => {
-            let (pre, post) = if *case_insensitive { ("lower(", ")") } else { ("(", ")") };
-            sql.push("(instr(").push(pre);
-            operand(sql, input);
-            sql.push(post).push(", ").push(pre);
-            operand(sql, substr);
-            sql.push(post).push(") > 0)");
-        }
-    }
-}
-
-pub(crate) fn order_term(sql: &mut Sql, f: &CallField, dir: Direction) {
-    let d = match dir {
-        Direction::Asc => " ASC",
-        Direction::Desc => " DESC",
-    };
-    match f {
-        CallField::Json(root, segs) => {
-            // Present values first, then numerically, then as strings (CONTRACT §2).
-            json_exists(sql, *root, segs);
-            sql.push(" DESC, hd_to_double(");
-            json_string(sql, *root, segs);
-            // NULLS LAST: non-numeric values after numbers in both directions, as ClickHouse
-            // orders NULLs, so both backends page identically.
-            sql.push(")").push(d).push(" NULLS LAST, ");
-            json_string(sql, *root, segs);
-            sql.push(d);
-        }
-        other => {
-            field(sql, other);
-            sql.push(d);
-        }
-    }
 }

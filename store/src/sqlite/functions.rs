@@ -1,5 +1,6 @@
 //! SQL functions registered on every connection. They give `$convert` the query language's
-//! semantics (a failed numeric cast is NULL, where SQLite's CAST would yield 0).
+//! semantics (a failed numeric cast is NULL, where SQLite's CAST would yield 0) and `$contains` its case
+//! folding.
 
 use rusqlite::Connection;
 use rusqlite::functions::FunctionFlags;
@@ -37,6 +38,12 @@ pub fn register(conn: &Connection) -> rusqlite::Result<()> {
             },
             _ => None,
         })
+    })?;
+    // Case folding of `$contains` with `case_insensitive`: full Unicode, where SQLite's lower()
+    // folds ASCII only (docs/query-language.md).
+    conn.create_scalar_function("hd_fold", 1, flags, |ctx| {
+        let s: Option<String> = ctx.get(0)?;
+        Ok(s.map(|s| heddle_ql::eval::fold_case(&s)))
     })?;
     conn.create_scalar_function("hd_op_name", 1, flags, |ctx| {
         let op: Option<String> = ctx.get(0)?;

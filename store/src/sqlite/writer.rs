@@ -5,10 +5,12 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 
+use std::sync::Arc;
+
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
-use crate::{Result, StoreError};
+use crate::{BoxError, Result, StoreError};
 
 /// Most jobs folded into one transaction; bounds the latency of the first job in a batch.
 const MAX_JOBS_PER_COMMIT: usize = 4096;
@@ -17,7 +19,7 @@ trait Job: Send {
     /// Runs inside a savepoint of the batch's transaction.
     fn run(&mut self, tx: &mut Transaction<'_>);
     /// Reports the job's outcome once the batch's commit has succeeded or failed.
-    fn finish(self: Box<Self>, commit: &std::result::Result<(), String>);
+    fn finish(self: Box<Self>, commit: &std::result::Result<(), Arc<rusqlite::Error>>);
 }
 
 struct TypedJob<T, F> {
@@ -49,9 +51,9 @@ where
         self.outcome = Some(outcome);
     }
 
-    fn finish(self: Box<Self>, commit: &std::result::Result<(), String>) {
+    fn finish(self: Box<Self>, commit: &std::result::Result<(), Arc<rusqlite::Error>>) {
         let out = match (commit, self.outcome) {
-            (Err(e), _) => Err(StoreError::Backend(format!("commit failed: {e}"))),
+            (Err(e), _) => Err(backend(CommitFailed(e.clone()))),
             (Ok(()), Some(outcome)) => outcome,
             (Ok(()), None) => Err(StoreError::Backend("write job did not run".into())),
         };
@@ -60,9 +62,15 @@ where
     }
 }
 
-pub(crate) fn backend(e: impl std::fmt::Display) -> StoreError {
-    StoreError::Backend(e.to_string())
+/// A backend error with `e` as its source.
+pub(crate) fn backend(e: impl Into<BoxError>) -> StoreError {
+    StoreError::Backend(e.into())
 }
+
+/// The batch a job was in did not commit; every job of the batch gets the same cause.
+#[derive(Debug, thiserror::Error)]
+#[error("commit failed: {0}")]
+struct CommitFailed(#[source] Arc<rusqlite::Error>);
 
 /// Handle to the writer thread. Cloning is cheap; the thread stops when all handles are gone.
 #[derive(Clone)]
@@ -108,7 +116,7 @@ fn run(mut conn: Connection, jobs: Receiver<Box<dyn Job>>) {
                 Err(_) => break,
             }
         }
-        let commit = apply(&mut conn, &mut batch).map_err(|e| e.to_string());
+        let commit = apply(&mut conn, &mut batch).map_err(Arc::new);
         if let Err(e) = &commit {
             tracing::error!(error = %e, jobs = batch.len(), "sqlite commit failed");
         }

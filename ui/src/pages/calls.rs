@@ -8,10 +8,11 @@ use std::sync::Arc;
 use axum::extract::{Path, Query, State};
 use futures::StreamExt;
 use heddle_api::AppState;
+use heddle_domain::prices::PriceBook;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::Call;
-use heddle_proto::costs::PriceBook;
 use heddle_proto::time::Micros;
+use heddle_ql::eval::fold_case;
 use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -170,7 +171,7 @@ struct Rows {
 async fn rows(state: &AppState, project: &ProjectId, p: &Params) -> Result<Rows, UiError> {
     let store = &*state.store;
     let mut body = p.body(project)?;
-    let needle = p.q.trim().to_lowercase();
+    let needle = fold_case(p.q.trim());
     if needle.is_empty() {
         let mut count_body = body.clone();
         count_body["limit"] = json!(COUNT_CAP + 1);
@@ -208,8 +209,9 @@ async fn rows(state: &AppState, project: &ProjectId, p: &Params) -> Result<Rows,
     Ok(Rows { calls, next, count: None, scanned })
 }
 
-fn contains_ci(haystack: &str, lower_needle: &str) -> bool {
-    haystack.to_lowercase().contains(lower_needle)
+/// Case-insensitive as the query language's `$contains` is (docs/query-language.md).
+fn contains_ci(haystack: &str, folded_needle: &str) -> bool {
+    fold_case(haystack).contains(folded_needle)
 }
 
 pub async fn page(

@@ -7,7 +7,7 @@ use futures::StreamExt;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallsQueryReq, op_display_name};
 use heddle_proto::feedback::StoredFeedback;
-use heddle_store::Store;
+use heddle_store::prelude::*;
 use maud::{Markup, html};
 use serde_json::Value;
 

@@ -10,7 +10,7 @@ use heddle_api::AppState;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::Call;
 use heddle_proto::objects::VersionSel;
-use heddle_store::Store;
+use heddle_store::prelude::*;
 use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::{Value, json};

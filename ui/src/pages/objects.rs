@@ -7,7 +7,7 @@ use axum::extract::{Path, Query, State};
 use heddle_api::AppState;
 use heddle_proto::ProjectId;
 use heddle_proto::objects::{ObjQueryReq, ObjSchema, VersionSel};
-use heddle_store::Store;
+use heddle_store::prelude::*;
 use maud::{Markup, html};
 use serde::Deserialize;
 use serde_json::{Value, json};

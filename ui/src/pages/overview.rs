@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::extract::{Path, State};
 use heddle_api::AppState;
-use heddle_proto::costs::PriceBook;
+use heddle_domain::prices::PriceBook;
 use maud::{Markup, html};
 use serde_json::{Value, json};
 
@@ -33,7 +33,7 @@ struct Bucket {
 }
 
 fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
-    heddle_proto::threads::quantile(sorted, q)
+    heddle_domain::thread_stats::quantile(sorted, q)
 }
 
 pub async fn page(

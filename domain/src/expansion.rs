@@ -1,7 +1,7 @@
-//! `expand_columns` of `/calls/stream_query` and `/calls/query_stats` (CONTRACT §5.7, §5.8): the
-//! plan that splits a calls query into what SQL answers and what must wait until refs are
-//! resolved, and the in-memory evaluation of that second part. Pure code; the query crate does
-//! the reading and resolving.
+//! `expand_columns` of `/calls/stream_query` and `/calls/query_stats`
+//! (docs/api/calls.md#count-calls, docs/api/calls.md#stream-calls): the plan that splits a calls
+//! query into what SQL answers and what must wait until refs are resolved, and the in-memory
+//! evaluation of that second part. Pure code; the query crate does the reading and resolving.
 //!
 //! As in the reference server: expand columns are dot paths (`inputs.example`, `output`) into a
 //! call; a ref string found there (dict keys only, no list indexes) is replaced by the value it
@@ -12,20 +12,19 @@
 //! dialects), so they run in Rust on the expanded rows, with the semantics the SQL renderers
 //! give every other field (string semantics of JSON paths, NULL rules, sort order).
 
-use std::cmp::Ordering;
-
 use serde_json::Value;
 use serde_json::value::RawValue;
 
-use crate::ProtoError;
-use crate::calls::{
+use heddle_proto::ProtoError;
+use heddle_proto::calls::{
     CallColumn, CallField, CallsFilter, CallsQuery, CallsQueryReq, Columns, JsonRoot,
     derive_status, op_display_name,
 };
-use crate::ids::ProjectId;
-use crate::limits;
-use crate::query::{CmpOp, ConvertTo, Direction, Lit, TExpr, TOperand, ValueType, split_path};
-use crate::refs;
+use heddle_proto::ids::ProjectId;
+use heddle_proto::limits;
+use heddle_proto::refs;
+use heddle_ql::eval::{Cell, Row, path};
+use heddle_ql::{Direction, TExpr, TOperand, split_path};
 
 /// What a calls request needs: plain SQL, or SQL for the candidates plus work on expanded rows.
 #[derive(Debug, Clone)]
@@ -135,88 +134,87 @@ fn and(mut xs: Vec<TExpr<CallField>>) -> Option<TExpr<CallField>> {
     }
 }
 
-impl CallsQueryReq {
-    /// Validates like [`CallsQueryReq::validate`] and decides how `expand_columns` is served.
-    pub fn plan(mut self) -> Result<Planned, ProtoError> {
-        let expand = self.expand_columns.take().unwrap_or_default();
-        if expand.len() > limits::MAX_EXPAND_COLUMNS {
-            return Err(ProtoError::invalid(format!(
-                "{} expand_columns: at most {} are accepted",
-                expand.len(),
-                limits::MAX_EXPAND_COLUMNS
-            )));
-        }
-        if let Some(c) = expand.iter().find(|c| c.split('.').count() > limits::MAX_PATH_SEGMENTS) {
-            let head: String = c.chars().take(64).collect();
-            return Err(ProtoError::invalid(format!(
-                "expand column {head:?}... has more than {} segments",
-                limits::MAX_PATH_SEGMENTS
-            )));
-        }
-        let return_values = self.return_expanded_column_values.unwrap_or(true);
-        let mut q = self.validate()?;
-        let mut columns: Vec<Vec<String>> = expand
-            .iter()
-            .map(|c| split_path(c))
-            .filter(|segs| root_of(&segs[0]).is_some() && segs.iter().all(|s| !s.is_empty()))
-            .collect();
-        columns.sort();
-        columns.dedup();
-        columns.sort_by_key(Vec::len);
-        if columns.is_empty() {
-            return Ok(Planned::Sql(q));
-        }
-        let (sql, residual) = match q.expr.take() {
-            None => (None, None),
-            Some(TExpr::And(xs)) => {
-                let (through, plain): (Vec<_>, Vec<_>) =
-                    xs.into_iter().partition(|x| expr_through(x, &columns));
-                (and(plain), and(through))
-            }
-            Some(e) if expr_through(&e, &columns) => (None, Some(e)),
-            Some(e) => (Some(e), None),
-        };
-        q.expr = sql;
-        let sort = q.sort.iter().any(|(f, _)| through(f, &columns)).then(|| q.sort.clone());
-        // Feedback fields live in the store, not in the call row the in-memory part evaluates.
-        let mut feedback_in_memory = false;
-        if let Some(r) = &residual {
-            visit_fields(r, &mut |f| feedback_in_memory |= matches!(f, CallField::Feedback(_)));
-        }
-        if let Some(sort) = &sort {
-            feedback_in_memory |= sort.iter().any(|(f, _)| matches!(f, CallField::Feedback(_)));
-        }
-        if feedback_in_memory {
-            return Err(ProtoError::invalid(
-                "feedback fields cannot be combined with expanded columns in one condition or \
-                 sort yet: put them in separate $and terms",
-            ));
-        }
-        if !return_values && residual.is_none() && sort.is_none() {
-            return Ok(Planned::Sql(q));
-        }
-        let plan = ExpandPlan {
-            project: q.project.clone(),
-            columns,
-            return_values,
-            residual,
-            sort,
-            limit: q.limit,
-            offset: q.offset,
-            user_columns: q.columns,
-        };
-        if plan.in_memory() {
-            // The candidates: every call the SQL part matches, whole (the conditions may read
-            // any member), paged here after filtering.
-            q.limit = None;
-            q.offset = 0;
-            q.columns = None;
-            if plan.sort.is_some() {
-                q.sort = vec![(CallField::Column(CallColumn::Id), Direction::Asc)];
-            }
-        }
-        Ok(Planned::Expand { candidates: q, plan: Box::new(plan) })
+/// Validates `req` like [`CallsQueryReq::validate`] and decides how its `expand_columns` are
+/// served.
+pub fn plan(mut req: CallsQueryReq) -> Result<Planned, ProtoError> {
+    let expand = req.expand_columns.take().unwrap_or_default();
+    if expand.len() > limits::MAX_EXPAND_COLUMNS {
+        return Err(ProtoError::invalid(format!(
+            "{} expand_columns: at most {} are accepted",
+            expand.len(),
+            limits::MAX_EXPAND_COLUMNS
+        )));
     }
+    if let Some(c) = expand.iter().find(|c| c.split('.').count() > limits::MAX_PATH_SEGMENTS) {
+        let head: String = c.chars().take(64).collect();
+        return Err(ProtoError::invalid(format!(
+            "expand column {head:?}... has more than {} segments",
+            limits::MAX_PATH_SEGMENTS
+        )));
+    }
+    let return_values = req.return_expanded_column_values.unwrap_or(true);
+    let mut q = req.validate()?;
+    let mut columns: Vec<Vec<String>> = expand
+        .iter()
+        .map(|c| split_path(c))
+        .filter(|segs| root_of(&segs[0]).is_some() && segs.iter().all(|s| !s.is_empty()))
+        .collect();
+    columns.sort();
+    columns.dedup();
+    columns.sort_by_key(Vec::len);
+    if columns.is_empty() {
+        return Ok(Planned::Sql(q));
+    }
+    let (sql, residual) = match q.expr.take() {
+        None => (None, None),
+        Some(TExpr::And(xs)) => {
+            let (through, plain): (Vec<_>, Vec<_>) =
+                xs.into_iter().partition(|x| expr_through(x, &columns));
+            (and(plain), and(through))
+        }
+        Some(e) if expr_through(&e, &columns) => (None, Some(e)),
+        Some(e) => (Some(e), None),
+    };
+    q.expr = sql;
+    let sort = q.sort.iter().any(|(f, _)| through(f, &columns)).then(|| q.sort.clone());
+    // Feedback fields live in the store, not in the call row the in-memory part evaluates.
+    let mut feedback_in_memory = false;
+    if let Some(r) = &residual {
+        visit_fields(r, &mut |f| feedback_in_memory |= matches!(f, CallField::Feedback(_)));
+    }
+    if let Some(sort) = &sort {
+        feedback_in_memory |= sort.iter().any(|(f, _)| matches!(f, CallField::Feedback(_)));
+    }
+    if feedback_in_memory {
+        return Err(ProtoError::invalid(
+            "feedback fields cannot be combined with expanded columns in one condition or \
+             sort yet: put them in separate $and terms",
+        ));
+    }
+    if !return_values && residual.is_none() && sort.is_none() {
+        return Ok(Planned::Sql(q));
+    }
+    let plan = ExpandPlan {
+        project: q.project.clone(),
+        columns,
+        return_values,
+        residual,
+        sort,
+        limit: q.limit,
+        offset: q.offset,
+        user_columns: q.columns,
+    };
+    if plan.in_memory() {
+        // The candidates: every call the SQL part matches, whole (the conditions may read
+        // any member), paged here after filtering.
+        q.limit = None;
+        q.offset = 0;
+        q.columns = None;
+        if plan.sort.is_some() {
+            q.sort = vec![(CallField::Column(CallColumn::Id), Direction::Asc)];
+        }
+    }
+    Ok(Planned::Expand { candidates: q, plan: Box::new(plan) })
 }
 
 /// A calls request without sorting, paging or projection, for counting: `query_stats` takes a
@@ -232,7 +230,7 @@ pub fn for_count(req: CallsQueryReq) -> CallsQueryReq {
 /// evaluated; written back into the call only when the client wants expanded values.
 #[derive(Debug)]
 pub struct CallValues {
-    pub call: crate::calls::Call,
+    pub call: heddle_proto::calls::Call,
     pub inputs: Value,
     pub output: Value,
     pub attributes: Value,
@@ -243,7 +241,7 @@ fn parse_raw(raw: Option<&RawValue>) -> Value {
 }
 
 impl CallValues {
-    pub fn new(call: crate::calls::Call) -> CallValues {
+    pub fn new(call: heddle_proto::calls::Call) -> CallValues {
         CallValues {
             inputs: parse_raw(Some(&call.inputs)),
             output: parse_raw(call.output.as_deref()),
@@ -305,7 +303,7 @@ impl CallValues {
     }
 
     /// The call to return: with the expanded members when `expanded`, else as read.
-    pub fn into_call(self, expanded: bool) -> crate::calls::Call {
+    pub fn into_call(self, expanded: bool) -> heddle_proto::calls::Call {
         let mut call = self.call;
         if expanded {
             let raw = |v: &Value| serde_json::value::to_raw_value(v).expect("JSON serialises");
@@ -318,85 +316,9 @@ impl CallValues {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Evaluation
+// Evaluation: the query language's evaluator (`heddle_ql::eval`) over a call's fields.
 
-/// A value during evaluation; timestamps are microseconds, as the typed tree's literals.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Val {
-    Null,
-    Str(String),
-    Int(i64),
-    Float(f64),
-    Bool(bool),
-}
-
-impl Val {
-    fn num(&self) -> Option<f64> {
-        match self {
-            Val::Int(i) => Some(*i as f64),
-            Val::Float(f) => Some(*f),
-            Val::Bool(b) => Some(*b as i64 as f64),
-            _ => None,
-        }
-    }
-
-    fn int(&self) -> Option<i64> {
-        match self {
-            Val::Int(i) => Some(*i),
-            Val::Bool(b) => Some(*b as i64),
-            _ => None,
-        }
-    }
-
-    /// SQL order: NULL smallest, numbers before text (SQLite's order of storage classes).
-    fn sql_cmp(&self, other: &Val) -> Ordering {
-        match (self, other) {
-            (Val::Null, Val::Null) => Ordering::Equal,
-            (Val::Null, _) => Ordering::Less,
-            (_, Val::Null) => Ordering::Greater,
-            (Val::Str(a), Val::Str(b)) => a.cmp(b),
-            (Val::Str(_), _) => Ordering::Greater,
-            (_, Val::Str(_)) => Ordering::Less,
-            (a, b) => match (a.int(), b.int()) {
-                (Some(x), Some(y)) => x.cmp(&y),
-                _ => a.num().unwrap_or(0.0).total_cmp(&b.num().unwrap_or(0.0)),
-            },
-        }
-    }
-}
-
-/// The value at a query path: decimal segments index arrays.
-fn path<'a>(root: &'a Value, segs: &[String]) -> Option<&'a Value> {
-    let mut v = root;
-    for seg in segs {
-        v = match v {
-            Value::Object(m) => m.get(seg)?,
-            Value::Array(a) if !seg.is_empty() && seg.bytes().all(|b| b.is_ascii_digit()) => {
-                a.get(seg.parse::<usize>().ok()?)?
-            }
-            _ => return None,
-        };
-    }
-    Some(v)
-}
-
-/// String semantics of a JSON path (CONTRACT §2): scalars as JSON text, `""` otherwise.
-fn json_string(v: Option<&Value>) -> String {
-    match v {
-        Some(Value::String(s)) => s.clone(),
-        Some(Value::Bool(b)) => b.to_string(),
-        Some(Value::Number(n)) => n.to_string(),
-        _ => String::new(),
-    }
-}
-
-fn json_exists(v: Option<&Value>) -> bool {
-    v.is_some_and(|v| !v.is_null())
-}
-
-fn to_double(s: &str) -> Option<f64> {
-    s.trim().parse::<f64>().ok().filter(|f| f.is_finite())
-}
+pub use heddle_ql::eval::{KeyPart, Val, compare_keys, eval, sort_key};
 
 fn opt_str(s: &Option<String>) -> Val {
     s.as_ref().map_or(Val::Null, |s| Val::Str(s.clone()))
@@ -425,223 +347,27 @@ fn column(c: &CallValues, col: CallColumn) -> Val {
     }
 }
 
-fn field(c: &CallValues, f: &CallField) -> Val {
-    let call = &c.call;
-    match f {
-        CallField::Column(col) => column(c, *col),
-        CallField::Json(root, segs) => Val::Str(json_string(path(c.root(*root), segs))),
-        CallField::Status => Val::Str(
-            derive_status(call.exception.is_some(), call.ended_at.is_some(), &call.summary)
-                .to_owned(),
-        ),
-        CallField::LatencyMs => {
-            call.ended_at.map_or(Val::Null, |e| Val::Int((e.0 - call.started_at.0) / 1000))
-        }
-        CallField::TraceName => Val::Str(match call.display_name.as_deref() {
-            Some(d) if !d.is_empty() => d.to_owned(),
-            _ => op_display_name(&call.op_name).to_owned(),
-        }),
-        // `plan` keeps feedback fields out of the in-memory part.
-        CallField::Feedback(_) => unreachable!("feedback fields are evaluated in SQL"),
-    }
-}
-
-fn lit(l: &Lit) -> Val {
-    match l {
-        Lit::Str(s) => Val::Str(s.clone()),
-        Lit::Int(i) | Lit::Micros(i) => Val::Int(*i),
-        Lit::Float(f) => Val::Float(*f),
-        Lit::Bool(b) => Val::Bool(*b),
-    }
-}
-
-fn bool_val(b: Option<bool>) -> Val {
-    b.map_or(Val::Null, Val::Bool)
-}
-
-fn operand(c: &CallValues, o: &TOperand<CallField>) -> Val {
-    match o {
-        TOperand::Lit(l) => lit(l),
-        TOperand::Field(f) => field(c, f),
-        TOperand::Expr(e) => bool_val(eval(e, c)),
-        TOperand::Convert(inner, from, to) => convert(c, inner, *from, *to),
-    }
-}
-
-/// `$convert`, as the SQL renderers do it (`store/src/sqlite/sql.rs` `convert`).
-fn convert(c: &CallValues, inner: &TOperand<CallField>, from: ValueType, to: ConvertTo) -> Val {
-    if to == ConvertTo::Exists {
-        if let TOperand::Field(CallField::Json(root, segs)) = inner {
-            return Val::Bool(json_exists(path(c.root(*root), segs)));
-        }
-        return Val::Bool(operand(c, inner) != Val::Null);
-    }
-    let v = operand(c, inner);
-    if v == Val::Null {
-        return Val::Null;
-    }
-    let timestamp = from == ValueType::Timestamp;
-    match (to, v) {
-        (ConvertTo::Double, Val::Int(i)) if timestamp => Val::Float(i as f64 / 1e6),
-        (ConvertTo::Double, Val::Str(s)) => to_double(&s).map_or(Val::Null, Val::Float),
-        (ConvertTo::Double, v) => v.num().map_or(Val::Null, Val::Float),
-        (ConvertTo::Int, Val::Int(i)) if timestamp => Val::Int(i / 1_000_000),
-        (ConvertTo::Int, Val::Float(f)) => Val::Int(f as i64),
-        (ConvertTo::Int, Val::Str(s)) => s.trim().parse().map_or(Val::Null, Val::Int),
-        (ConvertTo::Int, v) => v.int().map_or(Val::Null, Val::Int),
-        (ConvertTo::Bool, Val::Str(s)) => match s.as_str() {
-            "true" | "1" => Val::Bool(true),
-            "false" | "0" => Val::Bool(false),
-            _ => Val::Null,
-        },
-        (ConvertTo::Bool, Val::Int(_)) if timestamp => Val::Bool(true),
-        (ConvertTo::Bool, v) => v.num().map_or(Val::Null, |n| Val::Bool(n != 0.0)),
-        (ConvertTo::String, Val::Bool(b)) => Val::Str(b.to_string()),
-        (ConvertTo::String, Val::Int(i)) => Val::Str(i.to_string()),
-        (ConvertTo::String, Val::Float(f)) if f.fract() == 0.0 && f.abs() < 1e15 => {
-            Val::Str(format!("{f:.1}"))
-        }
-        (ConvertTo::String, Val::Float(f)) => Val::Str(f.to_string()),
-        (ConvertTo::String, v) => v,
-        (ConvertTo::Exists, _) => unreachable!("handled above"),
-    }
-}
-
-fn compare(a: &Val, b: &Val) -> Option<Ordering> {
-    if *a == Val::Null || *b == Val::Null {
-        return None;
-    }
-    Some(a.sql_cmp(b))
-}
-
-/// Evaluates a condition with SQL's three-valued logic: `None` is NULL (a comparison with
-/// NULL), which filters like false; `$not` of NULL is true (the renderers COALESCE it).
-pub fn eval(e: &TExpr<CallField>, c: &CallValues) -> Option<bool> {
-    match e {
-        TExpr::And(xs) => {
-            let mut out = Some(true);
-            for x in xs {
-                match eval(x, c) {
-                    Some(false) => return Some(false),
-                    None => out = None,
-                    Some(true) => {}
-                }
+impl Row<CallField> for CallValues {
+    fn cell(&self, f: &CallField) -> Cell<'_> {
+        let call = &self.call;
+        Cell::Val(match f {
+            CallField::Column(col) => column(self, *col),
+            CallField::Json(root, segs) => return Cell::Json(path(self.root(*root), segs)),
+            CallField::Status => Val::Str(
+                derive_status(call.exception.is_some(), call.ended_at.is_some(), &call.summary)
+                    .to_owned(),
+            ),
+            CallField::LatencyMs => {
+                call.ended_at.map_or(Val::Null, |e| Val::Int((e.0 - call.started_at.0) / 1000))
             }
-            out
-        }
-        TExpr::Or(xs) => {
-            let mut out = Some(false);
-            for x in xs {
-                match eval(x, c) {
-                    Some(true) => return Some(true),
-                    None => out = None,
-                    Some(false) => {}
-                }
-            }
-            out
-        }
-        TExpr::Not(x) => Some(!eval(x, c).unwrap_or(false)),
-        TExpr::Cmp(op, a, b) => {
-            let ord = compare(&operand(c, a), &operand(c, b))?;
-            Some(match op {
-                CmpOp::Eq => ord == Ordering::Equal,
-                CmpOp::Gt => ord == Ordering::Greater,
-                CmpOp::Gte => ord != Ordering::Less,
-                CmpOp::Lt => ord == Ordering::Less,
-                CmpOp::Lte => ord != Ordering::Greater,
-            })
-        }
-        TExpr::IsNull(a) => Some(match a {
-            // Missing and JSON null read as "" (CONTRACT §2).
-            TOperand::Field(f @ CallField::Json(..)) => field(c, f) == Val::Str(String::new()),
-            a => operand(c, a) == Val::Null,
-        }),
-        TExpr::In(a, bs) => {
-            let a = operand(c, a);
-            if a == Val::Null {
-                return if bs.is_empty() { Some(false) } else { None };
-            }
-            let mut out = Some(false);
-            for b in bs {
-                match compare(&a, &operand(c, b)) {
-                    Some(Ordering::Equal) => return Some(true),
-                    None => out = None,
-                    Some(_) => {}
-                }
-            }
-            out
-        }
-        TExpr::Contains { input, substr, case_insensitive } => {
-            let (Val::Str(mut s), Val::Str(mut sub)) = (operand(c, input), operand(c, substr))
-            else {
-                return None;
-            };
-            if *case_insensitive {
-                // SQL lower() folds ASCII only.
-                s.make_ascii_lowercase();
-                sub.make_ascii_lowercase();
-            }
-            Some(s.contains(&sub))
-        }
-    }
-}
-
-/// One sort key of a row: JSON paths order by (present first, number, string), as SQL does.
-#[derive(Debug, Clone)]
-pub enum KeyPart {
-    Json { exists: bool, num: Option<f64>, text: String },
-    Plain(Val),
-}
-
-impl KeyPart {
-    /// Bytes this key holds on the heap, roughly (for bounding memory).
-    pub fn heap_size(&self) -> usize {
-        match self {
-            KeyPart::Json { text, .. } | KeyPart::Plain(Val::Str(text)) => text.len(),
-            KeyPart::Plain(_) => 0,
-        }
-    }
-}
-
-pub fn sort_key(sort: &[(CallField, Direction)], c: &CallValues) -> Vec<KeyPart> {
-    sort.iter()
-        .map(|(f, _)| match f {
-            CallField::Json(root, segs) => {
-                let v = path(c.root(*root), segs);
-                let text = json_string(v);
-                KeyPart::Json { exists: json_exists(v), num: to_double(&text), text }
-            }
-            other => KeyPart::Plain(field(c, other)),
+            CallField::TraceName => Val::Str(match call.display_name.as_deref() {
+                Some(d) if !d.is_empty() => d.to_owned(),
+                _ => op_display_name(&call.op_name).to_owned(),
+            }),
+            // `plan` keeps feedback fields out of the in-memory part.
+            CallField::Feedback(_) => unreachable!("feedback fields are evaluated in SQL"),
         })
-        .collect()
-}
-
-/// Orders two rows' keys like the renderers' `ORDER BY` (NULLs smallest; for JSON paths present
-/// values first in both directions, non-numeric after numeric in both directions).
-pub fn compare_keys(sort: &[(CallField, Direction)], a: &[KeyPart], b: &[KeyPart]) -> Ordering {
-    for ((_, dir), (x, y)) in sort.iter().zip(a.iter().zip(b)) {
-        let flip = |o: Ordering| if *dir == Direction::Desc { o.reverse() } else { o };
-        let o = match (x, y) {
-            (
-                KeyPart::Json { exists: ea, num: na, text: ta },
-                KeyPart::Json { exists: eb, num: nb, text: tb },
-            ) => eb
-                .cmp(ea)
-                .then_with(|| match (na, nb) {
-                    (Some(p), Some(q)) => flip(p.total_cmp(q)),
-                    (Some(_), None) => Ordering::Less,
-                    (None, Some(_)) => Ordering::Greater,
-                    (None, None) => Ordering::Equal,
-                })
-                .then_with(|| flip(ta.cmp(tb))),
-            (KeyPart::Plain(p), KeyPart::Plain(q)) => flip(p.sql_cmp(q)),
-            _ => Ordering::Equal,
-        };
-        if o != Ordering::Equal {
-            return o;
-        }
     }
-    Ordering::Equal
 }
 
 /// A call-ids filter for fetching a page of already chosen calls.
@@ -662,8 +388,8 @@ mod tests {
     use serde_json::json;
 
     use super::*;
-    use crate::calls::Call;
-    use crate::time::Micros;
+    use heddle_proto::calls::Call;
+    use heddle_proto::time::Micros;
 
     fn req(body: Value) -> CallsQueryReq {
         serde_json::from_value(body).unwrap()
@@ -701,7 +427,7 @@ mod tests {
     }
 
     fn residual_of(body: Value) -> (CallsQuery, ExpandPlan) {
-        match req(body).plan().unwrap() {
+        match plan(req(body)).unwrap() {
             Planned::Expand { candidates, plan } => (candidates, *plan),
             Planned::Sql(q) => panic!("expected an expand plan, got {q:?}"),
         }
@@ -710,10 +436,10 @@ mod tests {
     #[test]
     fn plans_split_sql_from_expanded_conditions() {
         // No expand columns, or only unrelated ones with nothing to return: plain SQL.
-        assert!(matches!(req(json!({"project_id": "e/p"})).plan().unwrap(), Planned::Sql(_)));
+        assert!(matches!(plan(req(json!({"project_id": "e/p"}))).unwrap(), Planned::Sql(_)));
         let q = json!({"project_id": "e/p", "expand_columns": ["inputs.x", "op_name"],
                        "return_expanded_column_values": false});
-        assert!(matches!(req(q).plan().unwrap(), Planned::Sql(_)));
+        assert!(matches!(plan(req(q)).unwrap(), Planned::Sql(_)));
 
         // Expansion only: SQL pages as usual.
         let (q, plan) = residual_of(json!({"project_id": "e/p", "expand_columns": ["inputs.x"],
@@ -819,9 +545,9 @@ mod tests {
             ),
         ];
         for (q, want) in cases {
-            let e = crate::query::Query::parse(&json!({ "$expr": q.clone() }))
+            let e = heddle_ql::Query::parse(&json!({ "$expr": q.clone() }))
                 .unwrap()
-                .typed(&crate::calls::CallCatalog)
+                .typed(&heddle_proto::calls::CallCatalog)
                 .unwrap();
             assert_eq!(eval(&e, &c), want, "{q}");
         }

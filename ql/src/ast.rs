@@ -1,17 +1,12 @@
-//! The query language (CONTRACT §2): a subset of MongoDB aggregation expressions, parsed from
-//! JSON into a typed AST. Field names stay strings here; each resource (calls, feedback, costs)
-//! resolves them against its own catalog, and each storage dialect renders the result as
-//! parameterised SQL.
+//! The parsed query (docs/query-language.md): JSON into an AST. Field names stay strings here;
+//! each resource (calls, feedback, costs) resolves them against its own catalog ([`crate::typed`]).
 
 use serde_json::Value;
 
-use crate::ProtoError;
+use crate::QlError;
 use crate::limits;
 
-mod typed;
-pub use typed::{Catalog, Lit, TExpr, TOperand, ValueType};
-
-/// Bounds of one query (`crate::limits`): nesting, and terms (every operator and operand
+/// Bounds of one query ([`crate::limits`]): nesting, and terms (every operator and operand
 /// counts once), so a query cannot blow up the SQL or the number of bound parameters.
 pub const MAX_DEPTH: usize = limits::MAX_QUERY_DEPTH;
 pub const MAX_NODES: usize = limits::MAX_QUERY_TERMS;
@@ -113,7 +108,7 @@ impl<'de> serde::Deserialize<'de> for Query {
 }
 
 impl Query {
-    pub fn parse(v: &Value) -> Result<Query, ProtoError> {
+    pub fn parse(v: &Value) -> Result<Query, QlError> {
         let obj =
             v.as_object().ok_or_else(|| invalid("query must be an object {\"$expr\": ...}"))?;
         if obj.len() != 1 || !obj.contains_key("$expr") {
@@ -163,8 +158,8 @@ impl Operand {
     }
 }
 
-fn invalid(msg: impl Into<String>) -> ProtoError {
-    ProtoError::Invalid(format!("invalid query: {}", msg.into()))
+fn invalid(msg: impl Into<String>) -> QlError {
+    QlError::Invalid(format!("invalid query: {}", msg.into()))
 }
 
 struct Parser {
@@ -172,7 +167,7 @@ struct Parser {
 }
 
 impl Parser {
-    fn enter(&mut self, depth: usize) -> Result<(), ProtoError> {
+    fn enter(&mut self, depth: usize) -> Result<(), QlError> {
         self.nodes += 1;
         if depth > MAX_DEPTH {
             return Err(invalid(format!("nesting deeper than {MAX_DEPTH}")));
@@ -184,7 +179,7 @@ impl Parser {
     }
 
     /// `{"$op": args}` with exactly one key.
-    fn single_key<'v>(v: &'v Value, what: &str) -> Result<(&'v str, &'v Value), ProtoError> {
+    fn single_key<'v>(v: &'v Value, what: &str) -> Result<(&'v str, &'v Value), QlError> {
         match v.as_object() {
             Some(obj) if obj.len() == 1 => {
                 let (k, v) = obj.iter().next().expect("one entry");
@@ -194,7 +189,7 @@ impl Parser {
         }
     }
 
-    fn expr(&mut self, v: &Value, depth: usize) -> Result<Expr, ProtoError> {
+    fn expr(&mut self, v: &Value, depth: usize) -> Result<Expr, QlError> {
         self.enter(depth)?;
         let (op, args) = Self::single_key(v, "an operation")?;
         let d = depth + 1;
@@ -252,7 +247,7 @@ impl Parser {
         })
     }
 
-    fn operand(&mut self, v: &Value, depth: usize) -> Result<Operand, ProtoError> {
+    fn operand(&mut self, v: &Value, depth: usize) -> Result<Operand, QlError> {
         self.enter(depth)?;
         let (op, args) = Self::single_key(v, "an operand")?;
         let d = depth + 1;
@@ -293,7 +288,7 @@ impl Parser {
 /// A field name of `$getField` or `sort_by`: non-empty, printable (no NUL or other control
 /// characters, which no stored key uses and some engines cannot bind), within
 /// [`limits::MAX_QUERY_STRING_BYTES`] and [`limits::MAX_PATH_SEGMENTS`].
-pub fn check_field_name(name: &str) -> Result<(), ProtoError> {
+pub fn check_field_name(name: &str) -> Result<(), QlError> {
     if name.is_empty() {
         return Err(invalid("field names must not be empty"));
     }
@@ -318,17 +313,20 @@ pub fn check_field_name(name: &str) -> Result<(), ProtoError> {
 
 /// A `$literal` within [`limits::MAX_QUERY_STRING_BYTES`] (strings) and
 /// [`limits::MAX_QUERY_TERMS`] elements (lists).
-fn check_literal(v: &Value) -> Result<(), ProtoError> {
+fn check_literal(v: &Value) -> Result<(), QlError> {
+    fn nested<'a>(mut items: impl Iterator<Item = &'a Value>) -> bool {
+        items.any(|x| matches!(x, Value::Array(_) | Value::Object(_)))
+    }
     match v {
         Value::String(s) if s.len() > limits::MAX_QUERY_STRING_BYTES => Err(invalid(format!(
             "a literal of {} bytes is longer than {}",
             s.len(),
             limits::MAX_QUERY_STRING_BYTES
         ))),
-        Value::Array(_) | Value::Object(_)
-            if limits::json_depth(v, 1) > 1
-                || v.as_array().is_some_and(|a| a.len() > limits::MAX_QUERY_TERMS) =>
-        {
+        Value::Array(a) if a.len() > limits::MAX_QUERY_TERMS || nested(a.iter()) => {
+            Err(invalid("literals are scalars or flat lists of scalars"))
+        }
+        Value::Object(m) if nested(m.values()) => {
             Err(invalid("literals are scalars or flat lists of scalars"))
         }
         Value::Array(items) => items.iter().try_for_each(check_literal),

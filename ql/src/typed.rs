@@ -5,9 +5,8 @@
 
 use serde_json::Value;
 
-use super::{CmpOp, ConvertTo, Expr, Operand, Query};
-use crate::ProtoError;
-use crate::time::Micros;
+use crate::QlError;
+use crate::ast::{CmpOp, ConvertTo, Expr, Operand, Query};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValueType {
@@ -27,10 +26,12 @@ impl ValueType {
 }
 
 /// A resource's field catalog (calls, feedback, costs): maps a `$getField` name to the
-/// resource's field type `F` and its value type.
+/// resource's field type `F` and its value type. Its errors are the resource's own (typing
+/// errors convert into them).
 pub trait Catalog {
     type Field: Clone + std::fmt::Debug;
-    fn resolve(&self, name: &str) -> Result<(Self::Field, ValueType), ProtoError>;
+    type Error: From<QlError>;
+    fn resolve(&self, name: &str) -> Result<(Self::Field, ValueType), Self::Error>;
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -62,20 +63,20 @@ pub enum TOperand<F> {
     Expr(Box<TExpr<F>>),
 }
 
-fn no_common_type(a: ValueType, b: ValueType) -> ProtoError {
-    ProtoError::invalid(format!(
+fn no_common_type(a: ValueType, b: ValueType) -> QlError {
+    QlError::invalid(format!(
         "invalid query: no common type between {a:?} and {b:?}; JSON fields compare as strings, \
          use $convert to compare numerically"
     ))
 }
 
 impl Query {
-    pub fn typed<C: Catalog>(&self, catalog: &C) -> Result<TExpr<C::Field>, ProtoError> {
+    pub fn typed<C: Catalog>(&self, catalog: &C) -> Result<TExpr<C::Field>, C::Error> {
         lower_expr(&self.expr, catalog)
     }
 }
 
-fn lower_expr<C: Catalog>(e: &Expr, c: &C) -> Result<TExpr<C::Field>, ProtoError> {
+fn lower_expr<C: Catalog>(e: &Expr, c: &C) -> Result<TExpr<C::Field>, C::Error> {
     Ok(match e {
         Expr::And(xs) => TExpr::And(xs.iter().map(|x| lower_expr(x, c)).collect::<Result<_, _>>()?),
         Expr::Or(xs) => TExpr::Or(xs.iter().map(|x| lower_expr(x, c)).collect::<Result<_, _>>()?),
@@ -85,14 +86,14 @@ fn lower_expr<C: Catalog>(e: &Expr, c: &C) -> Result<TExpr<C::Field>, ProtoError
             let (b, tb) = lower_operand(b, c)?;
             match (ta, tb) {
                 (ValueType::Null, ValueType::Null) => {
-                    return Err(ProtoError::invalid(
-                        "invalid query: cannot compare null with null",
-                    ));
+                    return Err(
+                        QlError::invalid("invalid query: cannot compare null with null").into()
+                    );
                 }
                 (ValueType::Null, _) | (_, ValueType::Null) if *op != CmpOp::Eq => {
-                    return Err(ProtoError::invalid(
-                        "invalid query: only $eq accepts a null literal",
-                    ));
+                    return Err(
+                        QlError::invalid("invalid query: only $eq accepts a null literal").into()
+                    );
                 }
                 (ValueType::Null, _) => TExpr::IsNull(b),
                 (_, ValueType::Null) => TExpr::IsNull(a),
@@ -116,9 +117,10 @@ fn lower_expr<C: Catalog>(e: &Expr, c: &C) -> Result<TExpr<C::Field>, ProtoError
             let (input, ti) = lower_operand(input, c)?;
             let (substr, ts) = lower_operand(substr, c)?;
             if ti != ValueType::String || ts != ValueType::String {
-                return Err(ProtoError::invalid(
+                return Err(QlError::invalid(
                     "invalid query: $contains takes string operands (use $convert to string)",
-                ));
+                )
+                .into());
             }
             TExpr::Contains { input, substr, case_insensitive: *case_insensitive }
         }
@@ -128,7 +130,7 @@ fn lower_expr<C: Catalog>(e: &Expr, c: &C) -> Result<TExpr<C::Field>, ProtoError
 fn lower_operand<C: Catalog>(
     o: &Operand,
     c: &C,
-) -> Result<(TOperand<C::Field>, ValueType), ProtoError> {
+) -> Result<(TOperand<C::Field>, ValueType), C::Error> {
     Ok(match o {
         Operand::Literal(v) => lower_literal(v)?,
         Operand::Field(name) => {
@@ -155,7 +157,7 @@ fn lower_operand<C: Catalog>(
     })
 }
 
-fn lower_literal<F>(v: &Value) -> Result<(TOperand<F>, ValueType), ProtoError> {
+fn lower_literal<F>(v: &Value) -> Result<(TOperand<F>, ValueType), QlError> {
     let (lit, t) = match v {
         Value::Null => {
             return Ok((TOperand::Lit(Lit::Str(String::new())), ValueType::Null));
@@ -166,11 +168,11 @@ fn lower_literal<F>(v: &Value) -> Result<(TOperand<F>, ValueType), ProtoError> {
             Some(i) => (Lit::Int(i), ValueType::Int),
             None => match n.as_f64() {
                 Some(f) if f.is_finite() => (Lit::Float(f), ValueType::Float),
-                _ => return Err(ProtoError::invalid(format!("invalid query: bad number {n}"))),
+                _ => return Err(QlError::invalid(format!("invalid query: bad number {n}"))),
             },
         },
         Value::Array(_) | Value::Object(_) => {
-            return Err(ProtoError::invalid(
+            return Err(QlError::invalid(
                 "invalid query: list and object literals can only be compared inside $in",
             ));
         }
@@ -201,7 +203,7 @@ fn unify<F>(
     ta: ValueType,
     b: TOperand<F>,
     tb: ValueType,
-) -> Result<(TOperand<F>, TOperand<F>), ProtoError> {
+) -> Result<(TOperand<F>, TOperand<F>), QlError> {
     if ta == tb || (ta.numeric() && tb.numeric()) {
         return Ok((a, b));
     }
@@ -212,7 +214,7 @@ fn unify<F>(
     }
 }
 
-fn timestamp_literal<F>(o: TOperand<F>) -> Result<TOperand<F>, ProtoError> {
+fn timestamp_literal<F>(o: TOperand<F>) -> Result<TOperand<F>, QlError> {
     let v = match &o {
         TOperand::Lit(Lit::Str(s)) => Value::String(s.clone()),
         TOperand::Lit(Lit::Int(i)) => Value::from(*i),
@@ -220,12 +222,12 @@ fn timestamp_literal<F>(o: TOperand<F>) -> Result<TOperand<F>, ProtoError> {
             serde_json::Number::from_f64(*f).map(Value::Number).unwrap_or(Value::Null)
         }
         _ => {
-            return Err(ProtoError::invalid(
+            return Err(QlError::invalid(
                 "invalid query: timestamps compare only with timestamp literals",
             ));
         }
     };
-    Ok(TOperand::Lit(Lit::Micros(Micros::parse_loose(&v)?.0)))
+    Ok(TOperand::Lit(Lit::Micros(crate::time::parse_micros_loose(&v)?)))
 }
 
 #[cfg(test)]
@@ -239,20 +241,21 @@ mod tests {
     struct Toy;
     impl Catalog for Toy {
         type Field = String;
-        fn resolve(&self, name: &str) -> Result<(String, ValueType), ProtoError> {
+        type Error = QlError;
+        fn resolve(&self, name: &str) -> Result<(String, ValueType), QlError> {
             let t = match name {
                 "s" => ValueType::String,
                 "n" => ValueType::Int,
                 "t" => ValueType::Timestamp,
                 n if n.starts_with("j.") => ValueType::String,
-                "secret" => return Err(ProtoError::Forbidden("secret is not filterable".into())),
-                other => return Err(ProtoError::invalid(format!("unknown field {other:?}"))),
+                "secret" => return Err(QlError::Forbidden("secret is not filterable".into())),
+                other => return Err(QlError::invalid(format!("unknown field {other:?}"))),
             };
             Ok((name.to_owned(), t))
         }
     }
 
-    fn typed(q: Value) -> Result<TExpr<String>, ProtoError> {
+    fn typed(q: Value) -> Result<TExpr<String>, QlError> {
         Query::parse(&json!({ "$expr": q }))?.typed(&Toy)
     }
 
@@ -284,7 +287,7 @@ mod tests {
     fn timestamp_literals_become_micros() {
         let e = typed(json!({"$gt": [{"$getField": "t"}, {"$literal": "2026-11-21"}]})).unwrap();
         let TExpr::Cmp(_, _, TOperand::Lit(Lit::Micros(m))) = e else { panic!("{e:?}") };
-        assert_eq!(Micros(m).to_rfc3339(), "2026-11-21T00:00:00.000000Z");
+        assert_eq!(m, 1_795_219_200_000_000);
     }
 
     #[test]
@@ -303,10 +306,10 @@ mod tests {
             (json!({"$in": [{"$getField": "j.x"}, [{"$literal": 1}]]}), "no common type"),
         ] {
             let err = typed(q.clone()).expect_err(&q.to_string());
-            assert!(matches!(err, ProtoError::Invalid(_)), "{q}: {err:?}");
+            assert!(matches!(err, QlError::Invalid(_)), "{q}: {err:?}");
             assert!(err.to_string().contains(needle), "{q}: {err}");
         }
         let err = typed(json!({"$eq": [{"$getField": "secret"}, {"$literal": 1}]})).unwrap_err();
-        assert!(matches!(err, ProtoError::Forbidden(_)));
+        assert!(matches!(err, QlError::Forbidden(_)));
     }
 }

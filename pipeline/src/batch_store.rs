@@ -10,7 +10,7 @@
 //! - **this batch fails on its own** while the store takes other writes: its content is at fault,
 //!   so it is bisected and the records that still fail alone are dead-lettered.
 //!
-//! A write probe ([`heddle_store::Store::probe_write`]) decides which one it is, once an
+//! A write probe ([`heddle_store::Health::probe_write`]) decides which one it is, once an
 //! operation has failed `max_attempts` times in a row. A rejection of the data itself
 //! ([`StoreError::Rejected`]) needs no probe: it is never retried.
 
@@ -23,8 +23,10 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::CallPart;
+use heddle_proto::otlp::op::OpWrites;
 use heddle_proto::record::{RecordPart, resolve};
-use heddle_store::{Store, StoreError};
+use heddle_store::StoreError;
+use heddle_store::prelude::*;
 
 use crate::metrics::Metrics;
 
@@ -32,6 +34,8 @@ use crate::metrics::Metrics;
 /// one to inject faults.
 #[async_trait]
 pub trait ConsumerStore: Send + Sync {
+    /// Stores placeholder ops ([`crate::sink::apply_ops`]); content-addressed, so idempotent.
+    async fn apply_ops(&self, ops: &OpWrites) -> heddle_store::Result<()>;
     async fn apply_call_parts_once(
         &self,
         parts: Vec<CallPart>,
@@ -48,12 +52,15 @@ pub trait ConsumerStore: Send + Sync {
 
 #[async_trait]
 impl ConsumerStore for Arc<dyn Store> {
+    async fn apply_ops(&self, ops: &OpWrites) -> heddle_store::Result<()> {
+        crate::sink::apply_ops(&**self, ops).await
+    }
     async fn apply_call_parts_once(
         &self,
         parts: Vec<CallPart>,
         token: &str,
     ) -> heddle_store::Result<()> {
-        Store::apply_call_parts_once(&**self, parts, token).await
+        CallStore::apply_call_parts_once(&**self, parts, token).await
     }
     async fn read_blob(
         &self,
@@ -61,10 +68,10 @@ impl ConsumerStore for Arc<dyn Store> {
         digest: &str,
         size: u64,
     ) -> heddle_store::Result<Bytes> {
-        Store::read_blob(&**self, project, digest, size).await
+        BlobStore::read_blob(&**self, project, digest, size).await
     }
     async fn probe_write(&self) -> heddle_store::Result<()> {
-        Store::probe_write(&**self).await
+        Health::probe_write(&**self).await
     }
 }
 
@@ -131,12 +138,13 @@ impl Failure {
     }
 }
 
-/// A consumed record ready to store: where it came from (for the deduplication token) and its
-/// call parts.
+/// A consumed record ready to store: where it came from (for the deduplication token), its
+/// placeholder ops and its call parts.
 #[derive(Debug, Clone)]
 pub struct Item {
     pub partition: i32,
     pub offset: i64,
+    pub ops: OpWrites,
     pub parts: Vec<CallPart>,
 }
 
@@ -180,7 +188,9 @@ impl BatchStore {
                     self.metrics.store_up.set(1);
                     return Ok(v);
                 }
-                Err(StoreError::Rejected(reason)) => return Err(Failure::Rejected(reason)),
+                Err(StoreError::Rejected(reason)) => {
+                    return Err(Failure::Rejected(reason.to_string()));
+                }
                 Err(e) => e,
             };
             failures += 1;
@@ -191,7 +201,9 @@ impl BatchStore {
                         // The store may have come back between the last try and the probe.
                         return match op().await {
                             Ok(v) => Ok(v),
-                            Err(StoreError::Rejected(reason)) => Err(Failure::Rejected(reason)),
+                            Err(StoreError::Rejected(reason)) => {
+                                Err(Failure::Rejected(reason.to_string()))
+                            }
                             Err(e) => Err(Failure::Persistent(e)),
                         };
                     }
@@ -212,6 +224,24 @@ impl BatchStore {
             tokio::time::sleep(backoff).await;
             backoff = (backoff * 2).min(self.policy.max_backoff);
         }
+    }
+
+    /// Stores one slice of items, each step under the retry policy.
+    async fn store_slice(&self, slice: &[Item]) -> Result<(), Failure> {
+        let mut ops = OpWrites::default();
+        for item in slice {
+            ops.files.extend(item.ops.files.iter().cloned());
+            ops.ops.extend(item.ops.ops.iter().cloned());
+        }
+        if !ops.is_empty() {
+            self.attempt(|| self.store.apply_ops(&ops)).await?;
+        }
+        let parts: Vec<CallPart> = slice.iter().flat_map(|i| i.parts.iter().cloned()).collect();
+        if parts.is_empty() {
+            return Ok(());
+        }
+        let token = dedup_token(slice.iter().map(|i| (i.partition, i.offset)));
+        self.attempt(|| self.store.apply_call_parts_once(parts.clone(), &token)).await
     }
 
     /// The call parts of a decoded record, offloaded ones read back from their blobs.
@@ -246,7 +276,8 @@ impl BatchStore {
         Ok(out)
     }
 
-    /// Stores the items: one insert per slice, deduplicated by a token naming the slice's
+    /// Stores the items: the slice's placeholder ops first (so a call's op is never stored after
+    /// the call), then its call parts with one insert deduplicated by a token naming the slice's
     /// records. A slice the store rejects, or that fails persistently while the store is
     /// healthy, is split in halves until the items at fault are isolated; those are returned
     /// (every other item is stored).
@@ -259,11 +290,7 @@ impl BatchStore {
                 continue;
             }
             let slice = &items[range.clone()];
-            let parts: Vec<CallPart> = slice.iter().flat_map(|i| i.parts.iter().cloned()).collect();
-            let token = dedup_token(slice.iter().map(|i| (i.partition, i.offset)));
-            let stored =
-                self.attempt(|| self.store.apply_call_parts_once(parts.clone(), &token)).await;
-            let Err(failure) = stored else { continue };
+            let Err(failure) = self.store_slice(slice).await else { continue };
             if range.len() == 1 {
                 let (class, reason) = failure.into_refusal();
                 refused.push(Refused { index: range.start, class, reason });
@@ -325,9 +352,8 @@ mod tests {
     use std::sync::Mutex;
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
-    use heddle_proto::calls::{CallsQueryReq, StartPart};
+    use heddle_proto::calls::CallsQueryReq;
     use heddle_proto::record::{CallPartRecord, decode_record, encode_records, offload};
-    use heddle_proto::time::Micros;
     use heddle_store::sqlite::{SqliteOptions, SqliteStore};
 
     use super::*;
@@ -345,6 +371,12 @@ mod tests {
 
     #[async_trait]
     impl ConsumerStore for Faulty {
+        async fn apply_ops(&self, ops: &OpWrites) -> heddle_store::Result<()> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(StoreError::Backend("connection refused".into()));
+            }
+            self.inner.apply_ops(ops).await
+        }
         async fn apply_call_parts_once(
             &self,
             parts: Vec<CallPart>,
@@ -414,26 +446,7 @@ mod tests {
     }
 
     fn part(id: &str, inputs: &str) -> CallPart {
-        CallPart {
-            project: ProjectId::parse("e/p").unwrap(),
-            id: id.into(),
-            trace_id: Some(format!("t-{id}")),
-            start: Some(StartPart {
-                op_name: "op".into(),
-                display_name: None,
-                parent_id: None,
-                thread_id: None,
-                turn_id: None,
-                started_at: Micros(1),
-                attributes: "{}".into(),
-                inputs: inputs.into(),
-                otel_dump: None,
-                wb_user_id: None,
-                wb_run_id: None,
-                wb_run_step: None,
-            }),
-            end: None,
-        }
+        crate::test_parts::started(id, &format!("t-{id}"), inputs)
     }
 
     /// One item per call `c0..cN`, offsets 0..N on partition 0.
@@ -442,6 +455,7 @@ mod tests {
             .map(|i| Item {
                 partition: 0,
                 offset: i as i64,
+                ops: OpWrites::default(),
                 parts: vec![part(&format!("c{i}"), "{}")],
             })
             .collect()
@@ -517,12 +531,12 @@ mod tests {
         let off = offload(CallPartRecord::from(&big)).unwrap();
         f.faulty.inner.put_blob(&off.project, &off.digest, off.blob.clone().into()).await.unwrap();
         let record = encode_records([CallPartRecord::from(&part("small", "{}")), off.reference]);
-        let parts = within(f.batches.resolve(decode_record(&record).unwrap())).await.unwrap();
+        let parts = within(f.batches.resolve(decode_record(&record).unwrap().parts)).await.unwrap();
         assert_eq!(parts, [part("small", "{}"), big]);
 
         // A reference to a blob that is not there (a digest of other bytes).
         let other = offload(CallPartRecord::from(&part("other", "{}"))).unwrap();
-        let missing = decode_record(&encode_records([other.reference])).unwrap();
+        let missing = decode_record(&encode_records([other.reference])).unwrap().parts;
         let (class, reason) = within(f.batches.resolve(missing)).await.unwrap_err();
         assert_eq!(class, ReasonClass::Unresolvable, "{reason}");
         assert!(reason.contains("not found"), "{reason}");
@@ -535,7 +549,8 @@ mod tests {
         let off = offload(CallPartRecord::from(&big)).unwrap();
         f.faulty.inner.put_blob(&off.project, &off.digest, off.blob.clone().into()).await.unwrap();
         f.faulty.down.store(true, Ordering::SeqCst);
-        let resolving = f.batches.resolve(decode_record(&encode_records([off.reference])).unwrap());
+        let resolving =
+            f.batches.resolve(decode_record(&encode_records([off.reference])).unwrap().parts);
         let outage = async {
             while f.metrics.store_retries.get() < 10 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
@@ -544,6 +559,35 @@ mod tests {
         };
         let (resolved, ()) = within(async { tokio::join!(resolving, outage) }).await;
         assert_eq!(resolved.unwrap(), [big]);
+    }
+
+    #[tokio::test]
+    async fn placeholder_ops_are_stored_with_their_items_even_after_an_outage() {
+        let f = fixture();
+        let project = ProjectId::parse("e/p").unwrap();
+        let spans = [(project.clone(), "my span".to_owned())].into();
+        let mut all = items(3);
+        all[1].ops = heddle_proto::otlp::op::placeholder_writes(&spans, Some("u"));
+        f.faulty.down.store(true, Ordering::SeqCst);
+        let storing = f.batches.store_all(&all);
+        let outage = async {
+            while f.metrics.store_retries.get() < 5 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            f.faulty.down.store(false, Ordering::SeqCst);
+        };
+        let (refused, ()) = within(async { tokio::join!(storing, outage) }).await;
+        assert_eq!(refused, []);
+        assert_eq!(stored_ids(&f).await, names(&[0, 1, 2]));
+        let op = f
+            .faulty
+            .inner
+            .read_object(&project, "my_span", &heddle_proto::objects::VersionSel::Latest, false)
+            .await
+            .unwrap();
+        assert_eq!(op.digest, heddle_proto::otlp::op::placeholder_digest());
+        let file = f.faulty.inner.read_file(&project, &all[1].ops.files[0].digest).await.unwrap();
+        assert_eq!(&file[..], heddle_proto::otlp::op::PLACEHOLDER_SOURCE.as_bytes());
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //!
 //! Stages, each small: collect records until a batch is full by rows, bytes or time → decode
 //! (undecodable records go to the dead-letter topic) → cut into groups bounded by their
-//! resolved size → per group: read offloaded parts back from their blobs, store the group with
-//! one insert whose deduplication token is derived from its offsets → commit the offsets.
+//! resolved size → per group: read offloaded parts back from their blobs, store the group's
+//! placeholder ops, then its call parts with one insert whose deduplication token is derived
+//! from its offsets → commit the offsets.
 //! Offsets are committed only after the store acknowledged, so a crash redelivers rather than
 //! loses; the redelivered parts are idempotent upserts, so the repeat is never visible.
 //!
@@ -17,7 +18,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
-use heddle_proto::record::{RecordPart, decode_record};
+use heddle_proto::record::{Decoded, RecordPart, decode_record};
 use heddle_store::Store;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
@@ -25,9 +26,10 @@ use rdkafka::message::{Header, Message, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 
+use crate::KafkaConfig;
 use crate::batch_store::{BatchStore, Item, ReasonClass, RetryPolicy, cut_by_bytes};
 use crate::metrics::Metrics;
-use crate::producer::{KafkaConfig, producer_config};
+use crate::producer::producer_config;
 
 /// When a batch is flushed: whichever limit is reached first.
 #[derive(Debug, Clone)]
@@ -146,16 +148,17 @@ impl Pipeline {
     }
 
     async fn process(&self, batch: Vec<Rec>) -> Result<(), ConsumeError> {
-        let mut decoded: Vec<(&Rec, Vec<RecordPart>)> = Vec::with_capacity(batch.len());
+        let mut decoded: Vec<(&Rec, Decoded)> = Vec::with_capacity(batch.len());
         for rec in &batch {
             match decode_record(&rec.payload) {
-                Ok(parts) => decoded.push((rec, parts)),
+                Ok(record) => decoded.push((rec, record)),
                 Err(e) => self.dead_letter(rec, ReasonClass::Undecodable, &e.to_string()).await?,
             }
         }
         // Offloaded parts count with their full size: a batch of small references may stand for
         // far more than `max_bytes` once read back.
-        let sizes: Vec<usize> = decoded.iter().map(|(r, parts)| resolved_size(r, parts)).collect();
+        let sizes: Vec<usize> =
+            decoded.iter().map(|(r, record)| resolved_size(r, &record.parts)).collect();
         let mut rest = decoded.into_iter();
         for group in cut_by_bytes(&sizes, self.limits.max_bytes) {
             self.store_group(rest.by_ref().take(group.len()).collect()).await?;
@@ -164,13 +167,14 @@ impl Pipeline {
     }
 
     /// Resolves and stores one group; records that cannot be stored are dead-lettered.
-    async fn store_group(&self, group: Vec<(&Rec, Vec<RecordPart>)>) -> Result<(), ConsumeError> {
+    async fn store_group(&self, group: Vec<(&Rec, Decoded)>) -> Result<(), ConsumeError> {
         let mut items = Vec::with_capacity(group.len());
         let mut recs = Vec::with_capacity(group.len());
-        for (rec, parts) in group {
+        for (rec, Decoded { ops, parts }) in group {
             match self.batches.resolve(parts).await {
                 Ok(parts) => {
-                    items.push(Item { partition: rec.partition, offset: rec.offset, parts });
+                    let (partition, offset) = (rec.partition, rec.offset);
+                    items.push(Item { partition, offset, ops, parts });
                     recs.push(rec);
                 }
                 Err((class, reason)) => self.dead_letter(rec, class, &reason).await?,

@@ -1,0 +1,194 @@
+//! How a write becomes Kafka records (docs/distributed.md, "Write path"): pure code, so it
+//! is tested without a broker.
+//!
+//! Call parts: one record per (request, partition), not one per call. tansu and small Kafka
+//! clusters sustain tens of thousands of records per second, while the SDK sends up to 1000
+//! calls per request; grouping keeps the record rate per request bounded by the partition count.
+//! The partition is chosen from the trace id, so all parts of a trace stay on one partition. A
+//! part whose encoded size exceeds `max_record_bytes` is offloaded: it travels as a reference to
+//! a blob that is stored before the record is produced.
+//!
+//! Placeholder ops: the records of one project go to the partition of its id, each carrying the
+//! project's files along with its ops, so every record can be stored on its own.
+
+use std::collections::BTreeMap;
+
+use heddle_proto::ProjectId;
+use heddle_proto::calls::CallPart;
+use heddle_proto::otlp::op::OpWrites;
+use heddle_proto::record::{
+    CallPartRecord, FileRecord, Offload, OpRecord, encode_ops, encode_records, offload,
+    partition_of,
+};
+use prost::Message;
+
+use crate::SinkError;
+
+/// One Kafka record to produce.
+pub(crate) struct Record {
+    pub(crate) partition: i32,
+    pub(crate) key: String,
+    pub(crate) payload: Vec<u8>,
+}
+
+/// What one request becomes: the blobs to store first, then the records.
+pub(crate) struct Plan {
+    pub(crate) blobs: Vec<Offload>,
+    pub(crate) records: Vec<Record>,
+}
+
+/// Splits parts into records: grouped by partition (all parts of a trace on one), cut at
+/// `max_record_bytes`; a part larger than that is offloaded and travels as a reference.
+pub(crate) fn plan(
+    parts: Vec<CallPart>,
+    partitions: u32,
+    max_record_bytes: usize,
+) -> Result<Plan, SinkError> {
+    let mut groups: Vec<Vec<CallPartRecord>> = vec![Vec::new(); partitions.max(1) as usize];
+    for p in parts {
+        let key = p.trace_id.as_deref().unwrap_or(&p.id);
+        groups[partition_of(key, partitions) as usize].push(CallPartRecord::from(p));
+    }
+    let mut blobs = Vec::new();
+    let mut records = Vec::new();
+    for (partition, group) in groups.into_iter().enumerate() {
+        let mut chunk: Vec<CallPartRecord> = Vec::new();
+        let mut size = 0;
+        for mut rec in group {
+            if rec.encoded_len() > max_record_bytes {
+                let off =
+                    offload(rec).map_err(|e| SinkError::internal("offloading a call part", e))?;
+                rec = off.reference.clone();
+                blobs.push(off);
+            }
+            let len = rec.encoded_len();
+            if !chunk.is_empty() && size + len > max_record_bytes {
+                records.push(record(partition, std::mem::take(&mut chunk)));
+                size = 0;
+            }
+            chunk.push(rec);
+            size += len;
+        }
+        if !chunk.is_empty() {
+            records.push(record(partition, chunk));
+        }
+    }
+    Ok(Plan { blobs, records })
+}
+
+fn record(partition: usize, parts: Vec<CallPartRecord>) -> Record {
+    let key = parts[0].trace_id.clone().unwrap_or_else(|| parts[0].id.clone());
+    Record { partition: partition as i32, key, payload: encode_records(parts) }
+}
+
+/// Splits placeholder-op writes into records: one partition per project, cut at
+/// `max_record_bytes`, each record with the project's files (a few hundred bytes) so it can be
+/// stored on its own.
+pub(crate) fn plan_ops(writes: OpWrites, partitions: u32, max_record_bytes: usize) -> Vec<Record> {
+    let mut projects: BTreeMap<ProjectId, (Vec<FileRecord>, Vec<OpRecord>)> = BTreeMap::new();
+    for f in &writes.files {
+        projects.entry(f.project.clone()).or_default().0.push(FileRecord::from(f));
+    }
+    for op in &writes.ops {
+        projects.entry(op.project.clone()).or_default().1.push(OpRecord::from(op));
+    }
+    let mut records = Vec::new();
+    for (project, (files, ops)) in projects {
+        let partition = partition_of(project.as_str(), partitions) as i32;
+        let key = project.as_str().to_owned();
+        let files_len: usize = files.iter().map(Message::encoded_len).sum();
+        let mut chunk: Vec<OpRecord> = Vec::new();
+        let mut size = files_len;
+        let cut = |chunk: Vec<OpRecord>| Record {
+            partition,
+            key: key.clone(),
+            payload: encode_ops(files.clone(), chunk),
+        };
+        let mut project_records = Vec::new();
+        for op in ops {
+            let len = op.encoded_len();
+            if !chunk.is_empty() && size + len > max_record_bytes {
+                project_records.push(cut(std::mem::take(&mut chunk)));
+                size = files_len;
+            }
+            chunk.push(op);
+            size += len;
+        }
+        if !chunk.is_empty() || project_records.is_empty() {
+            project_records.push(cut(chunk));
+        }
+        records.extend(project_records);
+    }
+    records
+}
+
+#[cfg(test)]
+mod tests {
+    use heddle_proto::ProjectId;
+    use heddle_proto::otlp::op::placeholder_writes;
+    use heddle_proto::record::{RecordPart, decode_record, resolve};
+
+    use super::*;
+
+    fn part(id: &str, trace: &str, input_bytes: usize) -> CallPart {
+        let inputs = format!("{{\"x\":\"{}\"}}", "a".repeat(input_bytes));
+        crate::test_parts::started(id, trace, &inputs)
+    }
+
+    #[test]
+    fn large_parts_are_offloaded_and_every_part_arrives_once() {
+        let max = 10_000;
+        let mut parts: Vec<CallPart> =
+            (0..40).map(|i| part(&format!("s{i}"), &format!("t{}", i % 5), 900)).collect();
+        parts.push(part("big", "t1", 50_000));
+        parts.push(part("edge", "t2", max)); // just over the limit once encoded
+        let plan = plan(parts.clone(), 3, max).unwrap();
+        assert_eq!(plan.blobs.len(), 2);
+        let mut seen = Vec::new();
+        for r in &plan.records {
+            assert!(r.payload.len() <= max + 64, "record of {} bytes", r.payload.len());
+            for p in decode_record(&r.payload).unwrap().parts {
+                let p = match p {
+                    RecordPart::Inline(p) => p,
+                    RecordPart::Offloaded(o) => {
+                        let blob = plan.blobs.iter().find(|b| b.digest == o.digest).unwrap();
+                        resolve(&o, &blob.blob).unwrap()
+                    }
+                };
+                let key = p.trace_id.as_deref().unwrap();
+                assert_eq!(partition_of(key, 3), r.partition as u32, "a trace stays together");
+                seen.push(p);
+            }
+        }
+        seen.sort_by(|a, b| a.id.cmp(&b.id));
+        parts.sort_by(|a, b| a.id.cmp(&b.id));
+        assert_eq!(seen, parts);
+    }
+
+    #[test]
+    fn op_records_stand_alone_and_carry_every_op_once() {
+        let names = (0..300)
+            .map(|i| (ProjectId::parse(&format!("e/p{}", i % 3)).unwrap(), format!("span {i}")))
+            .collect();
+        let writes = placeholder_writes(&names, Some("u"));
+        let records = plan_ops(writes.clone(), 4, 2_000);
+        assert!(records.len() > 3, "cut by size: {} records", records.len());
+        let mut ops = Vec::new();
+        for r in &records {
+            assert!(r.payload.len() <= 2_000, "record of {} bytes", r.payload.len());
+            let decoded = decode_record(&r.payload).unwrap();
+            assert!(decoded.parts.is_empty());
+            // Each record holds its project's file, and only that project's ops.
+            let project = decoded.ops.files[0].project.clone();
+            assert_eq!(decoded.ops.files.len(), 1);
+            assert!(decoded.ops.ops.iter().all(|o| o.project == project));
+            assert_eq!(r.partition as u32, partition_of(project.as_str(), 4));
+            ops.extend(decoded.ops.ops);
+        }
+        ops.sort_by(|a, b| (&a.project, &a.object_id).cmp(&(&b.project, &b.object_id)));
+        let mut want = writes.ops;
+        want.sort_by(|a, b| (&a.project, &a.object_id).cmp(&(&b.project, &b.object_id)));
+        assert_eq!(ops, want);
+        assert!(plan_ops(OpWrites::default(), 4, 2_000).is_empty());
+    }
+}

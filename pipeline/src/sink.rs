@@ -1,0 +1,61 @@
+//! Where the ingest endpoints put what they accepted, and the embedded write path.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use heddle_proto::calls::CallPart;
+use heddle_proto::otlp::op::OpWrites;
+use heddle_store::{NewObject, Store};
+
+use crate::SinkError;
+
+/// Where the ingest endpoints put call parts and the placeholder ops OTLP spans need. Each
+/// method returns only once its writes are durable: in the store (embedded mode) or
+/// acknowledged by Kafka (distributed mode).
+#[async_trait]
+pub trait Sink: Send + Sync + 'static {
+    async fn write(&self, parts: Vec<CallPart>) -> Result<(), SinkError>;
+
+    /// Stores the files, then the op objects (content-addressed: writing them again changes
+    /// nothing).
+    async fn write_ops(&self, ops: OpWrites) -> Result<(), SinkError>;
+}
+
+/// The embedded write path: straight into the store.
+pub struct StoreSink(pub Arc<dyn Store>);
+
+#[async_trait]
+impl Sink for StoreSink {
+    async fn write(&self, parts: Vec<CallPart>) -> Result<(), SinkError> {
+        Ok(self.0.apply_call_parts(parts).await?)
+    }
+
+    async fn write_ops(&self, ops: OpWrites) -> Result<(), SinkError> {
+        Ok(apply_ops(&*self.0, &ops).await?)
+    }
+}
+
+/// Applies placeholder-op writes to a store: every file first, since an op names its file.
+pub async fn apply_ops(store: &dyn Store, ops: &OpWrites) -> heddle_store::Result<()> {
+    for f in &ops.files {
+        store.create_file(&f.project, &f.digest, Bytes::from(f.content.clone())).await?;
+    }
+    for op in &ops.ops {
+        store.create_object(new_op_object(op)).await?;
+    }
+    Ok(())
+}
+
+fn new_op_object(op: &heddle_proto::otlp::op::OpWrite) -> NewObject {
+    NewObject {
+        project: op.project.clone(),
+        object_id: op.object_id.clone(),
+        digest: op.digest.clone(),
+        val: op.val.clone(),
+        kind: "op",
+        base_object_class: None,
+        leaf_object_class: None,
+        wb_user_id: op.wb_user_id.clone(),
+    }
+}

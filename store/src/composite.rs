@@ -1,0 +1,219 @@
+//! A [`Store`] assembled from one implementation per resource. Tests use it to replace one
+//! resource of a real store (to count or fail its calls) and keep the others: the replacement
+//! implements that resource's trait only.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use bytes::Bytes;
+use heddle_proto::ProjectId;
+use heddle_proto::calls::{CallPart, CallsQuery};
+use heddle_proto::costs::CostRecord;
+use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
+use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
+use heddle_proto::threads::{Thread, ThreadsQuery};
+
+use crate::prelude::*;
+use crate::{
+    CallStream, KeyInfo, KeyRecord, NewObject, NewTable, ProjectInfo, Result, StoredRow, TableSlice,
+};
+
+/// Each resource served by its own implementation.
+#[derive(Clone)]
+pub struct Composite {
+    pub calls: Arc<dyn CallStore>,
+    pub objects: Arc<dyn ObjectStore>,
+    pub files: Arc<dyn FileStore>,
+    pub tables: Arc<dyn TableStore>,
+    pub feedback: Arc<dyn FeedbackStore>,
+    pub costs: Arc<dyn CostStore>,
+    pub threads: Arc<dyn ThreadStore>,
+    pub projects: Arc<dyn ProjectStore>,
+    pub keys: Arc<dyn KeyStore>,
+    pub blobs: Arc<dyn BlobStore>,
+    pub health: Arc<dyn Health>,
+}
+
+impl Composite {
+    /// Every resource served by `store`; replace fields to serve some by another.
+    pub fn of<S: Store>(store: Arc<S>) -> Composite {
+        Composite {
+            calls: store.clone(),
+            objects: store.clone(),
+            files: store.clone(),
+            tables: store.clone(),
+            feedback: store.clone(),
+            costs: store.clone(),
+            threads: store.clone(),
+            projects: store.clone(),
+            keys: store.clone(),
+            blobs: store.clone(),
+            health: store,
+        }
+    }
+}
+
+#[async_trait]
+impl CallStore for Composite {
+    async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
+        self.calls.apply_call_parts(parts).await
+    }
+    async fn apply_call_parts_once(&self, parts: Vec<CallPart>, token: &str) -> Result<()> {
+        self.calls.apply_call_parts_once(parts, token).await
+    }
+    async fn set_call_display_name(&self, project: &ProjectId, id: &str, name: &str) -> Result<()> {
+        self.calls.set_call_display_name(project, id, name).await
+    }
+    async fn delete_calls(&self, project: &ProjectId, ids: &[String]) -> Result<u64> {
+        self.calls.delete_calls(project, ids).await
+    }
+    async fn query_calls(&self, q: CallsQuery) -> Result<CallStream> {
+        self.calls.query_calls(q).await
+    }
+    async fn count_calls(&self, q: CallsQuery) -> Result<u64> {
+        self.calls.count_calls(q).await
+    }
+}
+
+#[async_trait]
+impl ObjectStore for Composite {
+    async fn create_object(&self, obj: NewObject) -> Result<()> {
+        self.objects.create_object(obj).await
+    }
+    async fn read_object(
+        &self,
+        project: &ProjectId,
+        object_id: &str,
+        version: &VersionSel,
+        metadata_only: bool,
+    ) -> Result<ObjSchema> {
+        self.objects.read_object(project, object_id, version, metadata_only).await
+    }
+    async fn query_objects(&self, q: ObjectsQuery) -> Result<Vec<ObjSchema>> {
+        self.objects.query_objects(q).await
+    }
+    async fn delete_objects(&self, d: ObjectsDelete) -> Result<Vec<DeletedVersion>> {
+        self.objects.delete_objects(d).await
+    }
+}
+
+#[async_trait]
+impl FileStore for Composite {
+    async fn create_file(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()> {
+        self.files.create_file(project, digest, content).await
+    }
+    async fn read_file(&self, project: &ProjectId, digest: &str) -> Result<Bytes> {
+        self.files.read_file(project, digest).await
+    }
+    async fn files_size(&self, project: &ProjectId) -> Result<u64> {
+        self.files.files_size(project).await
+    }
+}
+
+#[async_trait]
+impl TableStore for Composite {
+    async fn create_table(&self, table: NewTable) -> Result<()> {
+        self.tables.create_table(table).await
+    }
+    async fn table_slice(
+        &self,
+        project: &ProjectId,
+        digest: &str,
+        offset: u64,
+        limit: Option<u64>,
+    ) -> Result<Option<TableSlice>> {
+        self.tables.table_slice(project, digest, offset, limit).await
+    }
+    async fn read_rows(
+        &self,
+        project: &ProjectId,
+        digests: &[String],
+        with_val: bool,
+    ) -> Result<HashMap<String, StoredRow>> {
+        self.tables.read_rows(project, digests, with_val).await
+    }
+}
+
+#[async_trait]
+impl FeedbackStore for Composite {
+    async fn create_feedback(&self, items: Vec<NewFeedback>) -> Result<Vec<StoredFeedback>> {
+        self.feedback.create_feedback(items).await
+    }
+    async fn query_feedback(&self, q: FeedbackQuery) -> Result<(Vec<StoredFeedback>, u64)> {
+        self.feedback.query_feedback(q).await
+    }
+    async fn purge_feedback(&self, project: &ProjectId, ids: &[String]) -> Result<()> {
+        self.feedback.purge_feedback(project, ids).await
+    }
+    async fn feedback_for_refs(
+        &self,
+        project: &ProjectId,
+        refs: &[String],
+    ) -> Result<Vec<StoredFeedback>> {
+        self.feedback.feedback_for_refs(project, refs).await
+    }
+}
+
+#[async_trait]
+impl CostStore for Composite {
+    async fn create_costs(&self, costs: Vec<CostRecord>) -> Result<()> {
+        self.costs.create_costs(costs).await
+    }
+    async fn project_costs(&self, project: &ProjectId) -> Result<Vec<CostRecord>> {
+        self.costs.project_costs(project).await
+    }
+    async fn purge_costs(&self, project: &ProjectId, ids: &[String]) -> Result<()> {
+        self.costs.purge_costs(project, ids).await
+    }
+}
+
+#[async_trait]
+impl ThreadStore for Composite {
+    async fn query_threads(&self, q: ThreadsQuery) -> Result<Vec<Thread>> {
+        self.threads.query_threads(q).await
+    }
+}
+
+#[async_trait]
+impl ProjectStore for Composite {
+    async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<ProjectInfo>> {
+        self.projects.list_projects(entity, limit).await
+    }
+}
+
+#[async_trait]
+impl KeyStore for Composite {
+    async fn create_key(&self, key_hash: &str, entity: Option<&str>) -> Result<()> {
+        self.keys.create_key(key_hash, entity).await
+    }
+    async fn lookup_key(&self, key_hash: &str) -> Result<Option<KeyRecord>> {
+        self.keys.lookup_key(key_hash).await
+    }
+    async fn has_admin_key(&self) -> Result<bool> {
+        self.keys.has_admin_key().await
+    }
+    async fn list_keys(&self) -> Result<Vec<KeyInfo>> {
+        self.keys.list_keys().await
+    }
+    async fn revoke_key(&self, id: &str) -> Result<KeyInfo> {
+        self.keys.revoke_key(id).await
+    }
+}
+
+#[async_trait]
+impl BlobStore for Composite {
+    async fn put_blob(&self, project: &ProjectId, digest: &str, content: Bytes) -> Result<()> {
+        self.blobs.put_blob(project, digest, content).await
+    }
+    async fn read_blob(&self, project: &ProjectId, digest: &str, size: u64) -> Result<Bytes> {
+        self.blobs.read_blob(project, digest, size).await
+    }
+}
+
+#[async_trait]
+impl Health for Composite {
+    async fn probe_write(&self) -> Result<()> {
+        self.health.probe_write().await
+    }
+}

@@ -1,0 +1,13 @@
+SELECT id, project_id, op_name, display_name, trace_id, parent_id, thread_id, turn_id, started_at, ended_at, attributes, inputs, output, exception, summary, otel_dump, wb_user_id, wb_run_id, wb_run_step, wb_run_step_end, deleted_at FROM calls WHERE project_id = ? AND deleted_at IS NULL AND started_at IS NOT NULL AND (((COALESCE((SELECT v FROM (SELECT CASE WHEN json_type(f.payload, ?) IN ('object', 'array') THEN f.payload -> ? ELSE COALESCE(CASE json_type(f.payload, ?) WHEN 'text' THEN f.payload ->> ? WHEN 'integer' THEN f.payload -> ? WHEN 'real' THEN f.payload -> ? WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' END, '') END AS v, f.created_at AS t, f.id AS i FROM feedback f WHERE f.project_id = calls.project_id AND f.weave_ref = 'weave:///' || calls.project_id || '/call/' || calls.id AND f.feedback_type = ?) WHERE v != '' ORDER BY t DESC, i DESC LIMIT 1), '') = ?) AND (COALESCE((SELECT v FROM (SELECT COALESCE(f.runnable_ref, '') AS v, f.created_at AS t, f.id AS i FROM feedback f WHERE f.project_id = calls.project_id AND f.weave_ref = 'weave:///' || calls.project_id || '/call/' || calls.id) WHERE v != '' ORDER BY t DESC, i DESC LIMIT 1), '') = ''))) ORDER BY COALESCE((SELECT v FROM (SELECT COALESCE(f.trigger_ref, '') AS v, f.created_at AS t, f.id AS i FROM feedback f WHERE f.project_id = calls.project_id AND f.weave_ref = 'weave:///' || calls.project_id || '/call/' || calls.id) WHERE v != '' ORDER BY t DESC, i DESC LIMIT 1), '') DESC, id ASC LIMIT ? OFFSET ?
+-- parameters
+-- Text("e/p")
+-- Text("$.\"output\".\"a\"")
+-- Text("$.\"output\".\"a\"")
+-- Text("$.\"output\".\"a\"")
+-- Text("$.\"output\".\"a\"")
+-- Text("$.\"output\".\"a\"")
+-- Text("$.\"output\".\"a\"")
+-- Text("wandb.runnable.s")
+-- Text("1")
+-- Integer(5)
+-- Integer(0)

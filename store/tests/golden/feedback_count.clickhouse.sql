@@ -1,0 +1,11 @@
+SELECT count() FROM feedback FINAL WHERE project_id = {p0:String} AND (((multiIf(NOT (1), '', JSONType(if(empty(payload_q), payload, payload_q), {p1:String}) = 'String', JSONExtractString(if(empty(payload_q), payload, payload_q), {p2:String}), JSONType(if(empty(payload_q), payload, payload_q), {p3:String}) IN ('Int64', 'UInt64', 'Double', 'Bool'), JSONExtractRaw(if(empty(payload_q), payload, payload_q), {p4:String}), '') = {p5:String}) OR ((weave_ref = {p6:String})) OR (position(lowerUTF8(feedback_type), lowerUTF8({p7:String})) > 0) OR (created_at > fromUnixTimestamp64Micro({p8:Int64}, 'UTC'))))
+-- parameters
+-- Str("e/p")
+-- Str("note")
+-- Str("note")
+-- Str("note")
+-- Str("note")
+-- Str("x")
+-- Str("weave:///e/p/call/c")
+-- Str("Ab")
+-- Int(1767225600000000)

@@ -1,0 +1,11 @@
+SELECT COUNT(*) FROM feedback WHERE project_id = ? AND (((COALESCE(CASE json_type(payload, ?) WHEN 'text' THEN payload ->> ? WHEN 'integer' THEN payload -> ? WHEN 'real' THEN payload -> ? WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' END, '') = ?) OR (weave_ref IN (?)) OR (instr(hd_fold(feedback_type), hd_fold(?)) > 0) OR (created_at > ?)))
+-- parameters
+-- Text("e/p")
+-- Text("$.\"note\"")
+-- Text("$.\"note\"")
+-- Text("$.\"note\"")
+-- Text("$.\"note\"")
+-- Text("x")
+-- Text("weave:///e/p/call/c")
+-- Text("Ab")
+-- Integer(1767225600000000)
