@@ -5,7 +5,8 @@ use maud::{Markup, PreEscaped, html};
 
 const W: f64 = 400.0;
 const H: f64 = 140.0;
-const LEFT: f64 = 34.0;
+// Room left of the plot for the y-axis label (e.g. "$0.0011").
+const LEFT: f64 = 52.0;
 const RIGHT: f64 = 396.0;
 const TOP: f64 = 8.0;
 const BOTTOM: f64 = 118.0;
