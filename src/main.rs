@@ -14,6 +14,9 @@ use heddle_store::Store;
 #[cfg(not(any(feature = "sqlite", feature = "clickhouse")))]
 compile_error!("heddle needs a store: build with the feature `sqlite`, `clickhouse` or both");
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 mod keys;
 mod net;
 mod roles;

@@ -1,6 +1,6 @@
 //! HTTP: the read/count calls on the server's API and the concurrent request sender.
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -275,7 +275,26 @@ pub(crate) async fn send_posts(
     concurrency: usize,
     acks: Option<&AckSink>,
 ) -> Outcome {
-    let queue = Arc::new(Mutex::new(jobs.into_iter()));
+    let (tx, rx) = tokio::sync::mpsc::channel(jobs.len().max(1));
+    for job in jobs {
+        let _ = tx.try_send(job);
+    }
+    drop(tx);
+    send_from(client, url, key, post, rx, concurrency, acks).await
+}
+
+/// [`send_posts`] of jobs that arrive on `jobs` while sending (e.g. generated on the fly), until
+/// the channel closes.
+pub(crate) async fn send_from(
+    client: &reqwest::Client,
+    url: &str,
+    key: Option<&str>,
+    post: &Post,
+    jobs: tokio::sync::mpsc::Receiver<Job>,
+    concurrency: usize,
+    acks: Option<&AckSink>,
+) -> Outcome {
+    let queue = Arc::new(tokio::sync::Mutex::new(jobs));
     let start = Instant::now();
     let tasks: Vec<_> = (0..concurrency)
         .map(|_| {
@@ -289,7 +308,7 @@ pub(crate) async fn send_posts(
             tokio::spawn(async move {
                 let mut out = Outcome::default();
                 loop {
-                    let next = queue.lock().expect("job queue").next();
+                    let next = queue.lock().await.recv().await;
                     let Some(job) = next else { break };
                     let t = Instant::now();
                     let req = match job.body {

@@ -34,13 +34,11 @@ use crate::verify::verify_stream;
 use crate::workload::{Written, generate};
 use crate::{pct, senders, split_project};
 
-const DEFAULT_TANSU: &str = ".cache/heddle-test/tansu-0.6.0/bin/tansu";
-
 pub(crate) async fn run(args: &Args) -> anyhow::Result<Vec<String>> {
     if args.url.is_some() {
         bail!("--distributed starts its own deployment; it does not take --url");
     }
-    if args.calls == 0 || args.batch == 0 || args.concurrency == 0 || args.poll_ms == 0 {
+    if args.calls() == 0 || args.batch == 0 || args.concurrency == 0 || args.poll_ms == 0 {
         bail!("--calls, --batch, --concurrency and --poll-ms must be positive");
     }
     let project = match &args.project {
@@ -80,12 +78,7 @@ pub(crate) async fn deploy(
     batch_wait_ms: Option<u64>,
 ) -> anyhow::Result<Deployment> {
     let key = args.api_key.clone().unwrap_or_else(|| format!("bench-{}", Uuid::new_v4().simple()));
-    let tansu = match &args.tansu {
-        Some(p) => p.clone(),
-        None => {
-            std::path::Path::new(&std::env::var("HOME").unwrap_or_default()).join(DEFAULT_TANSU)
-        }
-    };
+    let tansu = crate::stack::tansu_path(args.tansu.as_deref());
     let cfg = StackConfig {
         heddle_bin: &args.heddle_bin,
         tansu_bin: &tansu,
@@ -210,7 +203,7 @@ impl Scrape {
     }
 
     /// What happened between `before` and `self`.
-    fn since(&self, before: &Scrape) -> Scrape {
+    pub(crate) fn since(&self, before: &Scrape) -> Scrape {
         let buckets = self
             .buckets
             .iter()
@@ -432,7 +425,7 @@ where
     }
 }
 
-async fn scrape(api: &Api) -> Scrape {
+pub(crate) async fn scrape(api: &Api) -> Scrape {
     match api.metrics().await {
         Ok(text) => Scrape::parse(&text),
         Err(e) => {
@@ -632,9 +625,9 @@ async fn full(
     }
 
     // 2. Batched writes at full speed.
-    eprintln!("generating {} calls in batches of {} ...", args.calls, args.batch);
-    let mut written = generate(project, args.calls, args.batch, args.children, 1);
-    let item_bytes = written.item_bytes / args.calls;
+    eprintln!("generating {} calls in batches of {} ...", args.calls(), args.batch);
+    let mut written = generate(project, args.calls(), args.batch, args.children, 1);
+    let item_bytes = written.item_bytes / args.calls();
     let jobs = std::mem::take(&mut written.jobs);
     eprintln!("writing with {} senders, watching visibility ...", args.concurrency);
     let w = write_watched(&d, args, project, jobs, Pace::Concurrent(args.concurrency)).await;
@@ -670,8 +663,8 @@ async fn full(
     let t = Instant::now();
     match d.api.count(project).await {
         Ok(n) => {
-            if n != args.calls as u64 {
-                problems.push(format!("calls/query_stats counts {n}, {} were sent", args.calls));
+            if n != args.calls() as u64 {
+                problems.push(format!("calls/query_stats counts {n}, {} were sent", args.calls()));
             }
             let e = t.elapsed();
             rows.push(format!(
@@ -788,7 +781,7 @@ async fn full(
         println!(
             "\nExactness: `calls/stream_query` returned {} rows for {} calls written{}.",
             read.lines,
-            args.calls,
+            args.calls(),
             if problems.iter().any(|p| p.contains("stream_query")) {
                 " — see the problems below"
             } else {
@@ -973,9 +966,9 @@ async fn sweep(
                 if adapter { " (chdb behind the Python HTTP adapter)" } else { "" }
             );
             let mut local = Vec::new();
-            let mut written = generate(project, args.calls, args.batch, args.children, 1);
+            let mut written = generate(project, args.calls(), args.batch, args.children, 1);
             let jobs = std::mem::take(&mut written.jobs);
-            eprintln!("  batched: {} calls, batch {} ...", args.calls, args.batch);
+            eprintln!("  batched: {} calls, batch {} ...", args.calls(), args.batch);
             let w =
                 write_watched(&d, args, project, jobs, Pace::Concurrent(args.concurrency)).await;
             w.check("batched writes", &mut local);
@@ -1030,7 +1023,7 @@ async fn sweep(
     println!(
         "Workload per setting: {} calls in requests of {} from {}, then {} paced requests of \
          one trace, one every {} ms.",
-        args.calls,
+        args.calls(),
         args.batch,
         senders(args.concurrency),
         args.paced_requests,

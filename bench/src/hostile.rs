@@ -6,7 +6,7 @@
 //! times), while one well-behaved client writes a small call and reads `/health` every 50 ms.
 //! The server's resident memory is sampled every 20 ms. Reported: the peak (and the kernel's
 //! high-water mark), the answers per attack, and the well-behaved client's latencies and
-//! failures. With `--compare-bin` the same run is repeated against a second binary (e.g. the
+//! failures. With `--baseline-bin` the same run is repeated against a second binary (e.g. the
 //! previous commit's build), so the two columns come from one invocation on one machine.
 
 use std::collections::BTreeMap;
@@ -308,7 +308,7 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 pub(crate) async fn run(args: &Args) -> anyhow::Result<Vec<String>> {
     let machine = Machine::detect();
     let mut bins = vec![args.heddle_bin.clone()];
-    bins.extend(args.compare_bin.clone());
+    bins.extend(args.baseline_bin.clone());
     let mut runs = Vec::new();
     for bin in &bins {
         runs.push(run_one(bin, args).await?);

@@ -23,34 +23,39 @@
 //! LLM-agent spans over OTLP/HTTP protobuf (plain and gzip) and OTLP/gRPC against the same calls
 //! through calls/complete (see `otlp.rs`).
 //!
+//! Other modes: `--queries` times the UI's and the SDK's reads over a large project
+//! (`queries.rs`), `--overload` the server's memory and answers at twice its sustainable OTLP rate
+//! (`overload.rs`), `--ingest-role` the ingest role alone producing to Kafka (`ingest_role.rs`),
+//! `--hostile` memory under attack (`hostile.rs`). With `--baseline-bin` the embedded modes and
+//! `--ingest-role` also run a second binary in the same invocation, interleaved for `--runs`
+//! rounds, and end with the median of each figure per binary and their ratio (`rounds.rs`).
+//!
 //! Prints a markdown table on stdout (progress goes to stderr). Any non-2xx answer, transport
 //! error or count mismatch is reported verbatim and makes the command exit non-zero; nothing is
 //! retried.
 
+mod calls;
 mod client;
 mod distributed;
 mod hostile;
+mod ingest_role;
 mod machine;
 mod otlp;
+mod overload;
+mod queries;
 mod report;
+mod rounds;
 mod server;
 mod stack;
 mod verify;
 mod workload;
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context, bail};
+use anyhow::bail;
 use clap::Parser;
-use uuid::Uuid;
 
-use crate::client::{Api, Job, send_all};
-use crate::machine::{CpuMeter, Machine, dir_size};
-use crate::report::{Row, print_table};
-use crate::server::Server;
-use crate::verify::{SampleCheck, verify_stream};
-use crate::workload::generate;
+use crate::rounds::Mode;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -69,9 +74,10 @@ struct Args {
     /// The heddle binary to start when --url is absent.
     #[arg(long, default_value = "target/release/heddle")]
     heddle_bin: PathBuf,
-    /// Calls written in the batched phase (and read back).
-    #[arg(long, default_value_t = 100_000)]
-    calls: usize,
+    /// Calls written in the batched phase (and read back) [default: 100000; 1000000 with
+    /// --queries, where they seed the queried project].
+    #[arg(long)]
+    calls: Option<usize>,
     /// Calls per `calls/complete` request in the batched phase.
     #[arg(long, default_value_t = 500)]
     batch: usize,
@@ -94,6 +100,19 @@ struct Args {
     /// Keep the spawned server's temporary directory (data and server.log) instead of deleting it.
     #[arg(long)]
     keep_data: bool,
+
+    /// A second heddle binary (e.g. the previous commit's build) measured in the same run: the
+    /// embedded modes (calls phases, --otlp, --queries, --overload) and --ingest-role run
+    /// against both, interleaved (baseline, new, ...) for --runs rounds, and the summary shows
+    /// each figure's median per binary and the ratio new / baseline. --hostile runs its attacks
+    /// once against each. --distributed runs only --heddle-bin.
+    #[arg(long, alias = "compare-bin", help_heading = "Comparing builds")]
+    baseline_bin: Option<PathBuf>,
+    /// Rounds per binary, each on a fresh server and data dir; with more than one run (or with
+    /// --baseline-bin) a summary of the medians follows the per-run tables [default: 3 with
+    /// --baseline-bin, else 1].
+    #[arg(long, help_heading = "Comparing builds")]
+    runs: Option<usize>,
 
     /// Distributed mode: start tansu, ClickHouse and `heddle serve --kafka --clickhouse`, and
     /// measure acknowledged and visible calls/s, visibility lag and exactness.
@@ -194,20 +213,69 @@ struct Args {
     /// Only the attacks whose names contain one of these (comma-separated); all by default.
     #[arg(long, value_delimiter = ',', help_heading = "Hostile load")]
     hostile_attack: Vec<String>,
-    /// A second binary run through the same attacks (e.g. the previous commit's build).
-    #[arg(long, help_heading = "Hostile load")]
-    compare_bin: Option<PathBuf>,
+
+    /// Query benchmark instead: seed a fresh project with --calls calls [default 1000000 in this
+    /// mode] through calls/complete, then time `calls/stream_query` (first 100 rows, newest
+    /// first) and `calls/query_stats` for the filters the UI and the SDK use (see `queries.rs`).
+    #[arg(long, help_heading = "Queries")]
+    queries: bool,
+    /// Timed repetitions of each query (after one untimed warm-up).
+    #[arg(long, default_value_t = 20, help_heading = "Queries")]
+    query_reps: usize,
+
+    /// Overload instead: find the server's OTLP/HTTP span throughput (or take --overload-rate),
+    /// then send at twice that rate, open-loop, and report its memory (RSS every 100 ms) and
+    /// answers (see `overload.rs`). With --ingest-role: against `heddle ingest` and tansu.
+    #[arg(long, help_heading = "Overload")]
+    overload: bool,
+    /// How long the overload lasts.
+    #[arg(long, default_value_t = 20, help_heading = "Overload")]
+    overload_secs: u64,
+    /// The sustainable rate in spans/s (the overload sends twice this); measured when absent.
+    #[arg(long, help_heading = "Overload")]
+    overload_rate: Option<f64>,
+    /// Requests in flight at most during the overload; a request due while all are busy is
+    /// skipped (and counted), so the schedule never bunches up.
+    #[arg(long, default_value_t = 64, help_heading = "Overload")]
+    overload_senders: usize,
+
+    /// The ingest role alone: start tansu and `heddle ingest --kafka` (no consumer), send the
+    /// OTLP workload over OTLP/HTTP protobuf and report acknowledged spans/s and spans per
+    /// ingest CPU-second (see `ingest_role.rs`). With --overload: overload that role instead.
+    #[arg(long, help_heading = "Ingest role")]
+    ingest_role: bool,
+}
+
+impl Args {
+    /// --calls, or its default for the mode.
+    fn calls(&self) -> usize {
+        self.calls.unwrap_or(if self.queries { 1_000_000 } else { 100_000 })
+    }
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
+    let modes =
+        [args.hostile, args.queries, args.overload, args.otlp].into_iter().filter(|&m| m).count();
+    if modes > 1 {
+        bail!("--hostile, --queries, --overload and --otlp are separate modes: pick one");
+    }
+    if args.ingest_role && (args.hostile || args.queries || args.otlp) {
+        bail!("--ingest-role runs alone or with --overload");
+    }
+    if args.distributed && (args.hostile || args.queries || args.overload || args.ingest_role) {
+        bail!("--distributed goes with the calls phases or --otlp only");
+    }
     let problems = match (args.otlp, args.distributed) {
         _ if args.hostile => hostile::run(&args).await?,
-        (true, false) => otlp::run_embedded(&args).await?,
+        _ if args.queries => rounds::run(&args, Mode::Queries).await?,
+        _ if args.overload => rounds::run(&args, Mode::Overload).await?,
+        _ if args.ingest_role => rounds::run(&args, Mode::IngestRole).await?,
+        (true, false) => rounds::run(&args, Mode::Otlp).await?,
         (true, true) => otlp::run_distributed(&args).await?,
         (false, true) => distributed::run(&args).await?,
-        (false, false) => run(args).await?,
+        (false, false) => rounds::run(&args, Mode::Calls).await?,
     };
     if !problems.is_empty() {
         eprintln!("\nFAILED: the server misbehaved or the run is incomplete:");
@@ -217,216 +285,6 @@ async fn main() -> anyhow::Result<()> {
         bail!("{} problem(s), see above", problems.len());
     }
     Ok(())
-}
-
-async fn run(args: Args) -> anyhow::Result<Vec<String>> {
-    if args.calls == 0 || args.batch == 0 || args.concurrency == 0 {
-        bail!("--calls, --batch and --concurrency must be positive");
-    }
-    let project = match &args.project {
-        Some(p) => p.clone(),
-        None => format!("bench/run-{}", &Uuid::new_v4().simple().to_string()[..8]),
-    };
-    let (entity, name) = split_project(&project)?;
-    let baseline_project = format!("{entity}/{name}-batch1");
-    let machine = Machine::detect();
-
-    let (server, base_url, key) = match &args.url {
-        Some(url) => {
-            let key = args.api_key.clone().context("--url needs --api-key (or HEDDLE_API_KEY)")?;
-            (None, url.trim_end_matches('/').to_owned(), key)
-        }
-        None => {
-            let key = args
-                .api_key
-                .clone()
-                .unwrap_or_else(|| format!("bench-{}", Uuid::new_v4().simple()));
-            let (server, url) = Server::start(&args.heddle_bin, &key, args.keep_data)?;
-            eprintln!("started {} at {url} (pid {})", args.heddle_bin.display(), server.pid());
-            (Some(server), url, key)
-        }
-    };
-    let server_pid = server.as_ref().map(Server::pid);
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(args.concurrency.max(1) * 2)
-        .timeout(Duration::from_secs(600))
-        .build()?;
-    let api = Api { client: client.clone(), base: base_url.clone(), key: key.clone() };
-    let version = api.version().await.unwrap_or_else(|e| format!("unknown ({e:#})"));
-
-    let mut problems = Vec::new();
-    let mut rows = Vec::new();
-
-    // Refuse a project that already holds calls: the read-back check would be meaningless.
-    for p in [&project, &baseline_project] {
-        let n = api.count(p).await.with_context(|| format!("query_stats on {p} before writing"))?;
-        if n != 0 {
-            bail!("project {p} already holds {n} calls; pick a fresh --project");
-        }
-    }
-
-    // 1. HTTP overhead ceiling.
-    if args.health_requests > 0 {
-        eprintln!("GET /health x {} ...", args.health_requests);
-        let jobs =
-            (0..args.health_requests).map(|_| Job { body: None, calls: 0, probe: None }).collect();
-        let cpu = CpuMeter::start(server_pid);
-        let out =
-            send_all(&client, &format!("{base_url}/health"), None, jobs, args.concurrency, None)
-                .await;
-        let cpu = cpu.stop();
-        out.check("GET /health", &mut problems);
-        rows.push(Row::from_outcome(
-            format!("`GET /health`, {}", senders(args.concurrency)),
-            &out,
-            None,
-            cpu,
-        ));
-    }
-
-    // 2. Batched writes.
-    let complete_url = format!("{base_url}/v2/{}/{}/calls/complete", pct(entity), pct(name));
-    eprintln!("generating {} calls in batches of {} ...", args.calls, args.batch);
-    let written = generate(&project, args.calls, args.batch, args.children, 1);
-    eprintln!(
-        "  {} requests, {:.1} MB of JSON; per call: inputs {} B, output {} B, whole item {} B",
-        written.jobs.len(),
-        written.body_bytes as f64 / 1e6,
-        written.inputs_bytes / args.calls,
-        written.output_bytes / args.calls,
-        written.item_bytes / args.calls,
-    );
-    let item_bytes = written.item_bytes / args.calls;
-    let ids = written.ids;
-    let sample = written.sample;
-    eprintln!("writing with {} senders ...", args.concurrency);
-    let cpu = CpuMeter::start(server_pid);
-    let out =
-        send_all(&client, &complete_url, Some(&key), written.jobs, args.concurrency, None).await;
-    let cpu = cpu.stop();
-    out.check("batched calls/complete", &mut problems);
-    rows.push(Row::from_outcome(
-        format!("write, batch {}, {}", args.batch, senders(args.concurrency)),
-        &out,
-        Some(args.calls),
-        cpu,
-    ));
-    let store_bytes = server.as_ref().map(|s| dir_size(&s.data_dir()));
-
-    // 3. Read-back.
-    eprintln!("streaming the project back ...");
-    let cpu = CpuMeter::start(server_pid);
-    let read = api.stream_all(&project).await;
-    let cpu = cpu.stop();
-    match read {
-        Ok(read) => {
-            verify_stream(&read, &project, &ids, &sample, SampleCheck::Exact, &mut problems);
-            rows.push(Row {
-                name: "read, `calls/stream_query` (1 stream)".into(),
-                requests: 1,
-                calls: Some(read.lines),
-                wall: read.wall,
-                bytes: read.body.len() as u64,
-                p50: Some(read.ttfb),
-                p99: None,
-                cpu,
-            });
-        }
-        Err(e) => problems.push(format!("calls/stream_query failed: {e:#}")),
-    }
-    let t = Instant::now();
-    match api.count(&project).await {
-        Ok(n) => {
-            if n != args.calls as u64 {
-                problems.push(format!(
-                    "calls/query_stats count is {n}, but {} calls were sent",
-                    args.calls
-                ));
-            }
-            rows.push(Row {
-                name: format!("`calls/query_stats` (count = {n})"),
-                requests: 1,
-                calls: None,
-                wall: t.elapsed(),
-                bytes: 0,
-                p50: Some(t.elapsed()),
-                p99: None,
-                cpu: None,
-            });
-        }
-        Err(e) => problems.push(format!("calls/query_stats failed: {e:#}")),
-    }
-
-    // 4. One call per request.
-    if args.baseline_calls > 0 {
-        let (be, bn) = split_project(&baseline_project)?;
-        let url = format!("{base_url}/v2/{}/{}/calls/complete", pct(be), pct(bn));
-        let base = generate(&baseline_project, args.baseline_calls, 1, args.children, 2);
-        eprintln!("writing {} calls one per request ...", args.baseline_calls);
-        let cpu = CpuMeter::start(server_pid);
-        let out = send_all(&client, &url, Some(&key), base.jobs, args.concurrency, None).await;
-        let cpu = cpu.stop();
-        out.check("batch-1 calls/complete", &mut problems);
-        rows.push(Row::from_outcome(
-            format!("write, batch 1, {} (baseline)", senders(args.concurrency)),
-            &out,
-            Some(args.baseline_calls),
-            cpu,
-        ));
-        match api.count(&baseline_project).await {
-            Ok(n) if n == args.baseline_calls as u64 => {}
-            Ok(n) => problems.push(format!(
-                "calls/query_stats on {baseline_project} counts {n}, but {} were sent",
-                args.baseline_calls
-            )),
-            Err(e) => problems.push(format!("calls/query_stats on {baseline_project}: {e:#}")),
-        }
-    }
-
-    // Report.
-    println!("{}", machine.line());
-    println!(
-        "Server: heddle {version} at {base_url}{}. Project `{project}`; {} calls/trace \
-         (1 root + {} children), ~{item_bytes} B of JSON per call.",
-        if server.is_some() { " (started by the bench, fresh data dir)" } else { "" },
-        args.children + 1,
-        args.children,
-    );
-    println!("Command: `{}`", std::env::args().collect::<Vec<_>>().join(" "));
-    println!();
-    print_table(&rows, machine.nproc, server_pid.is_some());
-    if let Some(bytes) = store_bytes {
-        println!(
-            "\nStore size after the batched write: {:.1} MB ({} B per call, SQLite db + WAL).",
-            bytes as f64 / 1e6,
-            bytes / args.calls as u64
-        );
-    }
-    println!(
-        "\nThe bench runs on the same machine as the server and shares its {} CPUs; \
-         per-core = calls/s ÷ nproc. p50 of the read row is the time to the first byte.",
-        machine.nproc
-    );
-    if server.is_some() {
-        println!(
-            "CPU columns come from /proc: server CPU s is user + system time of the whole server \
-             process during the phase; the busiest thread's share is its CPU time ÷ the phase's \
-             wall time (100% = one core saturated by that thread)."
-        );
-    }
-    if let Some(server) = &server {
-        let log = server.log_problems();
-        if !log.is_empty() {
-            println!("\nServer log (WARN/ERROR lines, first {}):", log.len());
-            for line in &log {
-                println!("    {line}");
-            }
-        }
-    }
-    drop(server);
-    Ok(problems)
 }
 
 pub(crate) fn senders(n: usize) -> String {

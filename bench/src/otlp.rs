@@ -23,6 +23,7 @@
 
 use std::collections::HashSet;
 use std::io::Write;
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -48,6 +49,7 @@ use crate::distributed::{
 };
 use crate::machine::{CpuMeter, CpuUse, Machine, dir_size, loadavg};
 use crate::report::percentile;
+use crate::rounds::Measured;
 use crate::server::Server;
 use crate::stack::{PARTITIONS, TOPIC};
 use crate::verify::{SampleCheck, verify_stream};
@@ -705,6 +707,44 @@ fn build(
     out
 }
 
+/// The OTLP/HTTP protobuf workload of `--otlp` for other modes: its requests, spans and bytes.
+pub(crate) fn http_workload(args: &Args, project: &str) -> (Vec<Job>, usize, u64) {
+    let built = prepare(args, Transport::Http, project);
+    (built.http, built.spans, built.wire_bytes)
+}
+
+/// `spans` spans of the `--otlp` workload as export requests of `batch` spans, not yet encoded.
+pub(crate) fn export_requests(
+    project: &str,
+    spans: usize,
+    batch: usize,
+    children: usize,
+) -> Vec<ExportTraceServiceRequest> {
+    build(Transport::Grpc, project, spans, batch, children, 1)
+        .grpc
+        .into_iter()
+        .map(|j| j.req)
+        .collect()
+}
+
+/// How OTLP/HTTP protobuf requests into `project` are sent and their answers judged.
+pub(crate) fn http_post(project: &str) -> Post {
+    Post {
+        content_type: "application/x-protobuf",
+        accept: "application/x-protobuf",
+        headers: vec![("project_id", project.to_owned())],
+        check: Some(check_protobuf_answer),
+    }
+}
+
+/// Spans an OTLP/HTTP answer body says were rejected (0 when it is not an export response).
+pub(crate) fn rejected_spans(body: &[u8]) -> u64 {
+    ExportTraceServiceResponse::decode(body)
+        .ok()
+        .and_then(|r| r.partial_success)
+        .map_or(0, |p| p.rejected_spans.max(0) as u64)
+}
+
 /// What a span's call must hold when read back: the call the SDK would send, without the
 /// members heddle derives differently from a span (op ref, times, otel_dump) and without nulls.
 fn expected(call: Value) -> Value {
@@ -978,30 +1018,14 @@ fn describe_workload(args: &Args, first: Option<Sizes>) {
 }
 
 /// Embedded mode (SQLite): the answer comes after the commit, so acked = visible.
-pub(crate) async fn run_embedded(args: &Args) -> anyhow::Result<Vec<String>> {
+pub(crate) async fn run_embedded(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
     let plan = Plan::new(args)?;
     let machine = Machine::detect();
     let load0 = loadavg();
-    let (server, base, key, grpc) = match &args.url {
-        Some(url) => {
-            let key = args.api_key.clone().context("--url needs --api-key (or HEDDLE_API_KEY)")?;
-            (None, url.trim_end_matches('/').to_owned(), key, args.otlp_grpc_url.clone())
-        }
-        None => {
-            let key = args
-                .api_key
-                .clone()
-                .unwrap_or_else(|| format!("bench-{}", Uuid::new_v4().simple()));
-            let (server, url) = Server::start(&args.heddle_bin, &key, args.keep_data)?;
-            eprintln!(
-                "started {} at {url}, OTLP/gRPC at {} (pid {})",
-                args.heddle_bin.display(),
-                server.grpc_url.as_deref().unwrap_or("(none announced)"),
-                server.pid()
-            );
-            let grpc = server.grpc_url.clone();
-            (Some(server), url, key, grpc)
-        }
+    let (server, base, key) = Server::start_or_connect(args, bin)?;
+    let grpc = match &server {
+        Some(server) => server.grpc_url.clone(),
+        None => args.otlp_grpc_url.clone(),
     };
     if grpc.is_none() && plan.transports.iter().any(|t| t.is_grpc()) {
         bail!(
@@ -1113,7 +1137,11 @@ pub(crate) async fn run_embedded(args: &Args) -> anyhow::Result<Vec<String>> {
             }
         }
     }
-    Ok(problems)
+    let mut m = Measured { problems, figures: Vec::new() };
+    for r in &rows {
+        r.figures(&mut m);
+    }
+    Ok(m)
 }
 
 struct EmbeddedRow {
@@ -1127,6 +1155,22 @@ struct EmbeddedRow {
 }
 
 impl EmbeddedRow {
+    fn figures(&self, m: &mut Measured) {
+        let label = self.t.label();
+        let secs = self.out.wall.as_secs_f64().max(1e-9);
+        let ms = |p| percentile(&self.out.latencies, p).map(|d| d.as_secs_f64() * 1e3);
+        let server = self.cpu.as_ref().and_then(|c| c.server).filter(|&s| s > 0.0);
+        m.add(format!("{label}: spans/s acked"), Some(self.out.ok_calls as f64 / secs), 0);
+        m.add(format!("{label}: p50 ms"), ms(0.5), 1);
+        m.add(format!("{label}: p99 ms"), ms(0.99), 1);
+        m.add(
+            format!("{label}: spans per server CPU-s"),
+            server.map(|s| self.out.ok_calls as f64 / s),
+            0,
+        );
+        m.add(format!("{label}: store B/span"), self.store.map(|b| b as f64), 0);
+    }
+
     fn line(&self, nproc: f64) -> String {
         let secs = self.out.wall.as_secs_f64().max(1e-9);
         let rate = self.out.ok_calls as f64 / secs;

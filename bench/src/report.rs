@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use crate::client::Outcome;
 use crate::machine::CpuUse;
+use crate::rounds::Measured;
 
 pub(crate) struct Row {
     pub(crate) name: String,
@@ -33,6 +34,28 @@ impl Row {
             p99: percentile(&out.latencies, 0.99),
             cpu,
         }
+    }
+}
+
+impl Row {
+    /// The row's figures for the summary of several runs: rate, latencies, CPU efficiency.
+    pub(crate) fn figures(&self, m: &mut Measured) {
+        let secs = self.wall.as_secs_f64().max(1e-9);
+        let ms = |d: Option<Duration>| d.map(|d| d.as_secs_f64() * 1e3);
+        let name = &self.name;
+        match self.calls {
+            Some(n) => {
+                m.add(format!("{name}: calls/s"), Some(n as f64 / secs), 0);
+                let per_cpu = self.cpu.as_ref().and_then(|c| c.server).filter(|&s| s > 0.0);
+                m.add(format!("{name}: calls per server CPU-s"), per_cpu.map(|s| n as f64 / s), 0);
+            }
+            None if self.requests > 1 => {
+                m.add(format!("{name}: requests/s"), Some(self.requests as f64 / secs), 0)
+            }
+            None => {}
+        }
+        m.add(format!("{name}: p50 ms"), ms(self.p50), 2);
+        m.add(format!("{name}: p99 ms"), ms(self.p99), 2);
     }
 }
 

@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use uuid::Uuid;
 
+use crate::Args;
 use crate::client::clip;
 
 pub(crate) struct Server {
@@ -82,6 +83,28 @@ impl Server {
                 )
             }
         }
+    }
+
+    /// The server a mode measures: `--url` (with `--api-key`) when given, else one started from
+    /// `bin` on a fresh data dir. Returns it (if started), its base URL and the API key.
+    pub(crate) fn start_or_connect(
+        args: &Args,
+        bin: &Path,
+    ) -> anyhow::Result<(Option<Server>, String, String)> {
+        if let Some(url) = &args.url {
+            let key = args.api_key.clone().context("--url needs --api-key (or HEDDLE_API_KEY)")?;
+            return Ok((None, url.trim_end_matches('/').to_owned(), key));
+        }
+        let key =
+            args.api_key.clone().unwrap_or_else(|| format!("bench-{}", Uuid::new_v4().simple()));
+        let (server, url) = Server::start(bin, &key, args.keep_data)?;
+        eprintln!(
+            "started {} at {url}, OTLP/gRPC at {} (pid {})",
+            bin.display(),
+            server.grpc_url.as_deref().unwrap_or("(none announced)"),
+            server.pid()
+        );
+        Ok((Some(server), url, key))
     }
 
     pub(crate) fn pid(&self) -> u32 {

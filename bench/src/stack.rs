@@ -108,48 +108,11 @@ impl Stack {
         }
         let path =
             std::env::temp_dir().join(format!("heddle-bench-dist-{}", Uuid::new_v4().simple()));
-        std::fs::create_dir_all(path.join("tansu"))
-            .with_context(|| format!("creating {}", path.display()))?;
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
         let guard = TempDir { path: path.clone(), keep: cfg.keep };
         let dir = path.as_path();
 
-        // The broker. tansu resolves the SQLite path against its working directory.
-        let port = free_port()?;
-        let broker_url = format!("tcp://127.0.0.1:{port}");
-        let brokers = format!("127.0.0.1:{port}");
-        let mut cmd = Command::new(cfg.tansu_bin);
-        cmd.arg("broker")
-            .args(["--listener-url", &broker_url, "--advertised-listener-url", &broker_url])
-            .args(["--storage-engine", "sqlite://tansu.db"])
-            .current_dir(dir.join("tansu"));
-        let tansu = spawn("tansu", cmd, &dir.join("tansu.log"), false)?.0;
-        let deadline = Instant::now() + Duration::from_secs(30);
-        while TcpStream::connect(("127.0.0.1", port)).is_err() {
-            if Instant::now() > deadline {
-                bail!("tansu did not listen within 30 s; its log:\n{}", clip(&tansu.log_text()));
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        for (topic, partitions) in [(TOPIC, PARTITIONS), (DLQ_TOPIC, 1)] {
-            let out = Command::new(cfg.tansu_bin)
-                .args(["topic", "create", "--broker", &broker_url, topic])
-                .args(["--partitions", &partitions.to_string()])
-                .output()
-                .context("running tansu topic create")?;
-            if !out.status.success() {
-                bail!(
-                    "tansu topic create {topic} failed: {}",
-                    clip(&String::from_utf8_lossy(&out.stderr))
-                );
-            }
-        }
-        let tansu_version = Command::new(cfg.tansu_bin)
-            .arg("--version")
-            .output()
-            .ok()
-            .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
-            .filter(|v| !v.is_empty())
-            .unwrap_or_else(|| "tansu (version unknown)".into());
+        let (tansu, brokers, tansu_version) = start_tansu(cfg.tansu_bin, dir)?;
 
         // ClickHouse.
         let (clickhouse, clickhouse_url, database) = match cfg.clickhouse_url {
@@ -268,6 +231,122 @@ impl Drop for Stack {
             eprintln!("could not drop ClickHouse database {db}: {e:#}");
         }
         // The processes are killed as the fields drop, after this; the directory goes last.
+    }
+}
+
+/// Starts a tansu broker with its data in `dir/tansu` and creates the call topic and its
+/// dead-letter topic. Returns the process, the bootstrap address and tansu's version.
+fn start_tansu(bin: &Path, dir: &Path) -> anyhow::Result<(Proc, String, String)> {
+    std::fs::create_dir_all(dir.join("tansu"))
+        .with_context(|| format!("creating {}", dir.display()))?;
+    // tansu resolves the SQLite path against its working directory.
+    let port = free_port()?;
+    let broker_url = format!("tcp://127.0.0.1:{port}");
+    let brokers = format!("127.0.0.1:{port}");
+    let mut cmd = Command::new(bin);
+    cmd.arg("broker")
+        .args(["--listener-url", &broker_url, "--advertised-listener-url", &broker_url])
+        .args(["--storage-engine", "sqlite://tansu.db"])
+        .current_dir(dir.join("tansu"));
+    let tansu = spawn("tansu", cmd, &dir.join("tansu.log"), false)?.0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if Instant::now() > deadline {
+            bail!("tansu did not listen within 30 s; its log:\n{}", clip(&tansu.log_text()));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    for (topic, partitions) in [(TOPIC, PARTITIONS), (DLQ_TOPIC, 1)] {
+        let out = Command::new(bin)
+            .args(["topic", "create", "--broker", &broker_url, topic])
+            .args(["--partitions", &partitions.to_string()])
+            .output()
+            .context("running tansu topic create")?;
+        if !out.status.success() {
+            bail!(
+                "tansu topic create {topic} failed: {}",
+                clip(&String::from_utf8_lossy(&out.stderr))
+            );
+        }
+    }
+    let version = Command::new(bin)
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .filter(|v| !v.is_empty())
+        .unwrap_or_else(|| "tansu (version unknown)".into());
+    Ok((tansu, brokers, version))
+}
+
+/// The tansu binary: `--tansu` / HEDDLE_TANSU, else where `tests/run.sh` installs it.
+pub(crate) fn tansu_path(arg: Option<&Path>) -> PathBuf {
+    match arg {
+        Some(p) => p.to_owned(),
+        None => Path::new(&std::env::var("HOME").unwrap_or_default())
+            .join(".cache/heddle-test/tansu-0.6.0/bin/tansu"),
+    }
+}
+
+/// The ingest role alone: a tansu broker and `heddle ingest --kafka` producing to it, with no
+/// consumer (so nothing becomes visible; the role keeps keys and blobs in its own data dir).
+pub(crate) struct IngestStack {
+    // Field order is drop order: heddle first, then the broker, then the directory.
+    heddle: Proc,
+    tansu: Proc,
+    pub(crate) url: String,
+    pub(crate) brokers: String,
+    pub(crate) tansu_version: String,
+    _dir: TempDir,
+}
+
+impl IngestStack {
+    pub(crate) fn start(
+        heddle_bin: &Path,
+        tansu_bin: &Path,
+        key: &str,
+        keep: bool,
+    ) -> anyhow::Result<IngestStack> {
+        for (bin, hint) in [
+            (heddle_bin, "build it with `cargo build --release` or pass --heddle-bin"),
+            (tansu_bin, "run `bash tests/run.sh` once (it installs tansu), or pass --tansu"),
+        ] {
+            if !bin.exists() {
+                bail!("{} not found: {hint}", bin.display());
+            }
+        }
+        let path =
+            std::env::temp_dir().join(format!("heddle-bench-ingest-{}", Uuid::new_v4().simple()));
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        let guard = TempDir { path: path.clone(), keep };
+        let (tansu, brokers, tansu_version) = start_tansu(tansu_bin, &path)?;
+        let mut cmd = Command::new(heddle_bin);
+        cmd.args(["ingest", "--listen", "127.0.0.1:0", "--otlp-grpc-listen", "127.0.0.1:0"])
+            .args(["--kafka", &brokers, "--api-key", key, "--data-dir"])
+            .arg(path.join("data"))
+            .env("RUST_LOG", "info,tower_http=warn");
+        let (heddle, urls) = spawn("heddle", cmd, &path.join("heddle.log"), true)?;
+        let url = urls.first().cloned().context("heddle's URL")?;
+        Ok(IngestStack { heddle, tansu, url, brokers, tansu_version, _dir: guard })
+    }
+
+    pub(crate) fn heddle_pid(&self) -> u32 {
+        self.heddle.pid()
+    }
+
+    pub(crate) fn tansu_pid(&self) -> u32 {
+        self.tansu.pid()
+    }
+
+    /// WARN/ERROR lines of heddle's log (at most 20).
+    pub(crate) fn log_problems(&self) -> Vec<String> {
+        self.heddle
+            .log_text()
+            .lines()
+            .filter(|l| l.contains("WARN") || l.contains("ERROR") || l.contains("panicked"))
+            .take(20)
+            .map(str::to_owned)
+            .collect()
     }
 }
 

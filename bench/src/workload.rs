@@ -1,6 +1,6 @@
 //! Workload generation: deterministic SDK-shaped complete calls in serialised request bodies.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
 use chrono::{DateTime, TimeDelta, Utc};
 use serde_json::{Value, json};
@@ -31,7 +31,6 @@ pub(crate) fn generate(
     children: usize,
     seed: u64,
 ) -> Written {
-    let mut g = Gen::new(project, seed);
     let mut out = Written {
         jobs: Vec::with_capacity(n.div_ceil(batch)),
         ids: HashSet::with_capacity(n),
@@ -42,14 +41,8 @@ pub(crate) fn generate(
         inputs_bytes: 0,
         output_bytes: 0,
     };
-    let per_trace = children + 1;
-    // Traces start 20 ms apart, ending about a minute ago.
-    let mut t0 = Utc::now() - TimeDelta::milliseconds(20 * n.div_ceil(per_trace) as i64 + 60_000);
-    let mut pending: Vec<Value> = Vec::with_capacity(batch);
-    let mut made = 0;
-    while made < n {
-        let size = per_trace.min(n - made);
-        for call in g.trace(t0, size - 1) {
+    for mut calls in Batches::new(project, n, batch, children, seed, Shape::default()) {
+        for call in &calls {
             out.item_bytes += call.to_string().len();
             out.inputs_bytes += call["inputs"].to_string().len();
             out.output_bytes += call["output"].to_string().len();
@@ -57,31 +50,160 @@ pub(crate) fn generate(
             if out.sample.is_null() {
                 out.sample = call.clone();
             }
-            pending.push(call);
-            if pending.len() == batch {
-                out.push_batch(&mut pending);
-            }
         }
-        made += size;
-        t0 += TimeDelta::milliseconds(20);
-    }
-    if !pending.is_empty() {
-        out.push_batch(&mut pending);
+        out.push_batch(&mut calls);
     }
     out
 }
 
+/// What the query benchmark adds to the workload.
+#[derive(Clone, Default)]
+pub(crate) struct Shape {
+    /// One call in `fail_every` fails: it carries an `exception` and no output (0: none fail).
+    pub(crate) fail_every: usize,
+    /// A substring planted in the root's `inputs.question` of one trace in `every` (so about
+    /// `1 / (every × calls per trace)` of the calls).
+    pub(crate) needle: Option<(String, usize)>,
+}
+
+/// What was generated, for checking query answers.
+#[derive(Default)]
+pub(crate) struct Facts {
+    pub(crate) calls: usize,
+    pub(crate) traces: usize,
+    pub(crate) failed: usize,
+    /// Calls whose `inputs.question` holds the needle.
+    pub(crate) planted: usize,
+    /// Calls per op ref.
+    pub(crate) ops: BTreeMap<String, usize>,
+    /// Every call's `started_at`, in microseconds since the epoch.
+    pub(crate) starts_us: Vec<i64>,
+    /// A trace from the middle of the workload: its id and its number of calls.
+    pub(crate) sample_trace: Option<(String, usize)>,
+}
+
+/// The calls of [`generate`] (plus a [`Shape`]) one request body's worth at a time, so that a
+/// large workload need not be held in memory; [`Batches::facts`] says what was made.
+pub(crate) struct Batches {
+    g: Gen,
+    n: usize,
+    batch: usize,
+    children: usize,
+    shape: Shape,
+    made: usize,
+    t0: DateTime<Utc>,
+    pending: Vec<Value>,
+    facts: Facts,
+}
+
+impl Batches {
+    pub(crate) fn new(
+        project: &str,
+        n: usize,
+        batch: usize,
+        children: usize,
+        seed: u64,
+        shape: Shape,
+    ) -> Batches {
+        let traces = n.div_ceil(children + 1);
+        Batches {
+            g: Gen::new(project, seed),
+            n,
+            batch: batch.max(1),
+            children,
+            shape,
+            made: 0,
+            // Traces start 20 ms apart, ending about a minute ago.
+            t0: Utc::now() - TimeDelta::milliseconds(20 * traces as i64 + 60_000),
+            pending: Vec::with_capacity(batch),
+            facts: Facts::default(),
+        }
+    }
+
+    pub(crate) fn facts(self) -> Facts {
+        self.facts
+    }
+
+    /// The op ref of a child op (1..) or of the root (0).
+    pub(crate) fn op_ref(&self, op: usize) -> String {
+        self.g.op_name(op)
+    }
+
+    fn add_trace(&mut self) {
+        let size = (self.children + 1).min(self.n - self.made);
+        let mut calls = self.g.trace(self.t0, size - 1);
+        let trace = self.facts.traces;
+        let f = &mut self.facts;
+        let fail = self.shape.fail_every;
+        let mut failed_children = 0;
+        for (i, call) in calls.iter_mut().enumerate() {
+            if fail > 0 && (f.calls + i) % fail == fail / 2 {
+                call["exception"] = json!("RuntimeError: upstream model timed out after 30 s");
+                call["output"] = Value::Null;
+                f.failed += 1;
+                failed_children += usize::from(i + 1 < size);
+            }
+        }
+        let root = calls.last_mut().expect("a trace has a root");
+        if failed_children > 0 {
+            root["summary"]["status_counts"] =
+                json!({"success": size - failed_children, "error": failed_children});
+        }
+        if let Some((needle, every)) = &self.shape.needle
+            && trace % every == every / 2
+        {
+            let q = root["inputs"]["question"].as_str().unwrap_or_default();
+            root["inputs"]["question"] = json!(format!("{q} {needle}"));
+            f.planted += 1;
+        }
+        if trace == self.n.div_ceil(self.children + 1) / 2 {
+            f.sample_trace = Some((root["trace_id"].as_str().unwrap_or_default().into(), size));
+        }
+        for call in &calls {
+            *f.ops.entry(call["op_name"].as_str().unwrap_or_default().to_owned()).or_default() += 1;
+            let started = call["started_at"].as_str().unwrap_or_default();
+            let us = DateTime::parse_from_rfc3339(started).map_or(0, |t| t.timestamp_micros());
+            f.starts_us.push(us);
+        }
+        f.calls += size;
+        f.traces += 1;
+        self.made += size;
+        self.t0 += TimeDelta::milliseconds(20);
+        self.pending.extend(calls);
+    }
+}
+
+impl Iterator for Batches {
+    type Item = Vec<Value>;
+
+    fn next(&mut self) -> Option<Vec<Value>> {
+        while self.pending.len() < self.batch && self.made < self.n {
+            self.add_trace();
+        }
+        if self.pending.is_empty() {
+            return None;
+        }
+        let take = self.batch.min(self.pending.len());
+        Some(self.pending.drain(..take).collect())
+    }
+}
+
 impl Written {
     fn push_batch(&mut self, pending: &mut Vec<Value>) {
-        let calls = pending.len();
-        // The probe is a call in the middle of the body (any one would do; the middle avoids
-        // always probing a root, which comes last in its trace).
-        let probe = pending[calls / 2]["id"].as_str().map(str::to_owned);
-        let body = serde_json::to_vec(&json!({ "batch": std::mem::take(pending) }))
-            .expect("serialising a batch");
-        self.body_bytes += body.len();
-        self.jobs.push(Job { body: Some(body), calls, probe });
+        let job = job(std::mem::take(pending));
+        self.body_bytes += job.body.as_ref().map_or(0, Vec::len);
+        self.jobs.push(job);
     }
+}
+
+/// One `calls/complete` request of `calls`.
+pub(crate) fn job(calls: Vec<Value>) -> Job {
+    let n = calls.len();
+    // The probe is a call in the middle of the body (any one would do; the middle avoids always
+    // probing a root, which comes last in its trace).
+    let probe = calls[n / 2]["id"].as_str().map(str::to_owned);
+    let body = serde_json::to_vec(&json!({ "batch": calls })).expect("serialising a batch");
+    Job { body: Some(body), calls: n, probe }
 }
 
 const WORDS: &[&str] = &[
@@ -378,4 +500,50 @@ impl Gen {
 
 fn rfc3339_micros(t: DateTime<Utc>) -> String {
     t.format("%Y-%m-%dT%H:%M:%S%.6fZ").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shaped_batches_fail_and_plant_as_the_facts_say() {
+        let shape = Shape { fail_every: 50, needle: Some(("zqx".into(), 200 / 5)) };
+        let mut batches = Batches::new("e/p", 10_003, 500, 4, 1, shape);
+        let child_op = batches.op_ref(1);
+        let calls: Vec<Value> = batches.by_ref().flatten().collect();
+        let facts = batches.facts();
+        assert_eq!((calls.len(), facts.calls, facts.traces), (10_003, 10_003, 2_001));
+        let failed = calls.iter().filter(|c| !c["exception"].is_null()).count();
+        assert_eq!((failed, facts.failed), (200, 200));
+        assert!(calls.iter().filter(|c| !c["exception"].is_null()).all(|c| c["output"].is_null()));
+        let planted = calls
+            .iter()
+            .filter(|c| c["inputs"]["question"].as_str().is_some_and(|q| q.contains("zqx")))
+            .count();
+        assert_eq!((planted, facts.planted), (50, 50));
+        let roots = calls.iter().filter(|c| c["parent_id"].is_null()).count();
+        assert_eq!(roots, facts.traces);
+        let retrieve = calls.iter().filter(|c| c["op_name"] == child_op.as_str()).count();
+        assert_eq!(facts.ops[&child_op], retrieve);
+        let (trace, size) = facts.sample_trace.clone().unwrap();
+        assert_eq!(calls.iter().filter(|c| c["trace_id"] == trace.as_str()).count(), size);
+        assert_eq!(facts.starts_us.len(), calls.len());
+        // A root whose children failed says so in its status counts.
+        let failed_child =
+            calls.iter().find(|c| !c["exception"].is_null() && c["parent_id"].is_string());
+        let parent = failed_child.unwrap()["parent_id"].clone();
+        let root = calls.iter().find(|c| c["id"] == parent).unwrap();
+        assert!(root["summary"]["status_counts"]["error"].as_u64().unwrap() >= 1);
+    }
+
+    #[test]
+    fn unshaped_batches_are_cut_at_the_batch_size() {
+        let w = generate("e/p", 1_234, 100, 4, 1);
+        assert_eq!(w.jobs.len(), 13);
+        assert_eq!(w.jobs.iter().map(|j| j.calls).sum::<usize>(), 1_234);
+        assert!(w.jobs[..12].iter().all(|j| j.calls == 100));
+        assert_eq!(w.ids.len(), 1_234);
+        assert!(w.sample["exception"].is_null());
+    }
 }

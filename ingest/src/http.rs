@@ -37,7 +37,23 @@ struct RawBatch {
     batch: Vec<Box<RawValue>>,
 }
 
-fn parse_items<T: DeserializeOwned>(
+/// Batches up to this many items are parsed where they arrive; larger ones on the blocking pool,
+/// so parsing and serialising thousands of calls never holds up an async worker.
+const INLINE_ITEMS: usize = 16;
+
+async fn parse_items<T: DeserializeOwned>(
+    batch: Vec<Box<RawValue>>,
+    into_part: impl Fn(T) -> Result<CallPart, heddle_proto::ProtoError> + Send + 'static,
+) -> Result<Vec<CallPart>, ApiError> {
+    if batch.len() <= INLINE_ITEMS {
+        return parse_items_now(batch, into_part);
+    }
+    tokio::task::spawn_blocking(move || parse_items_now(batch, into_part))
+        .await
+        .map_err(|e| ApiError::Internal(format!("parsing a batch failed: {e}")))?
+}
+
+fn parse_items_now<T: DeserializeOwned>(
     batch: Vec<Box<RawValue>>,
     into_part: impl Fn(T) -> Result<CallPart, heddle_proto::ProtoError>,
 ) -> Result<Vec<CallPart>, ApiError> {
@@ -157,7 +173,7 @@ async fn calls_complete(
 ) -> Result<axum::Json<Value>, ApiError> {
     let path = path_project(&entity, &project)?;
     let user = who.user_id().to_owned();
-    let parts = parse_items(req.batch, |c: CompleteCall| c.into_part(Some(&user)))?;
+    let parts = parse_items(req.batch, move |c: CompleteCall| c.into_part(Some(&user))).await?;
     check_all(&who, &parts, Some(&path))?;
     store(&state, parts).await?;
     Ok(axum::Json(json!({})))
@@ -169,7 +185,7 @@ async fn upsert_batch(
     Json(req): Json<RawBatch>,
 ) -> Result<axum::Json<Value>, ApiError> {
     let user = who.user_id().to_owned();
-    let parts = parse_items(req.batch, |i: UpsertItem| i.into_part(Some(&user)))?;
+    let parts = parse_items(req.batch, move |i: UpsertItem| i.into_part(Some(&user))).await?;
     check_all(&who, &parts, None)?;
     let res: Vec<Value> = parts
         .iter()

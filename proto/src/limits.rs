@@ -139,18 +139,49 @@ pub fn json_depth(v: &Value, stop_at: usize) -> usize {
     let mut deepest = 0;
     let mut stack: Vec<(&Value, usize)> = vec![(v, 0)];
     while let Some((v, depth)) = stack.pop() {
-        let children: Box<dyn Iterator<Item = &Value>> = match v {
-            Value::Array(items) => Box::new(items.iter()),
-            Value::Object(map) => Box::new(map.values()),
-            _ => continue,
-        };
+        if !(v.is_array() || v.is_object()) {
+            continue;
+        }
         deepest = deepest.max(depth + 1);
         if deepest > stop_at {
             return deepest;
         }
-        stack.extend(children.map(|c| (c, depth + 1)));
+        // Scalars are not pushed: only containers can make the value deeper.
+        let deeper = |c: &&Value| c.is_array() || c.is_object();
+        match v {
+            Value::Array(items) => {
+                stack.extend(items.iter().filter(deeper).map(|c| (c, depth + 1)))
+            }
+            Value::Object(map) => stack.extend(map.values().filter(deeper).map(|c| (c, depth + 1))),
+            _ => {}
+        }
     }
     deepest
+}
+
+/// [`json_depth`] as a check of one member: at most [`MAX_MEMBER_DEPTH`] deep, the same bound
+/// [`check_json_text`] puts on its text.
+pub fn check_json_depth(what: &str, v: &Value) -> Result<(), ProtoError> {
+    check_depth_under(what, std::iter::once(v), 0)
+}
+
+/// [`check_json_depth`] of an object held as its map.
+pub fn check_map_depth(what: &str, map: &serde_json::Map<String, Value>) -> Result<(), ProtoError> {
+    check_depth_under(what, map.values(), 1)
+}
+
+fn check_depth_under<'a>(
+    what: &str,
+    values: impl IntoIterator<Item = &'a Value>,
+    above: usize,
+) -> Result<(), ProtoError> {
+    let limit = MAX_MEMBER_DEPTH - above;
+    if values.into_iter().any(|v| json_depth(v, limit) > limit) {
+        return Err(ProtoError::invalid(format!(
+            "{what} nests deeper than {MAX_MEMBER_DEPTH} levels"
+        )));
+    }
+    Ok(())
 }
 
 #[cfg(test)]

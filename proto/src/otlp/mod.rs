@@ -111,8 +111,8 @@ pub fn convert(
                     .clone()
                     .and_then(|()| span::check_keys(sp))
                     .and_then(|()| span::to_call(&project, sp, rs.resource.as_ref(), &scope))
-                    .and_then(|call| call.into_part(wb_user_id).map_err(|e| e.to_string()))
-                    .and_then(|part| part.check().map(|()| part).map_err(|e| e.to_string()));
+                    // `to_call` checked the members' depth; `into_part` checks the ids.
+                    .and_then(|call| call.into_part(wb_user_id).map_err(|e| e.to_string()));
                 match converted {
                     Ok(part) => {
                         out.ops.insert((project.clone(), sp.name.clone()));

@@ -27,6 +27,10 @@ pub type SpanError = String;
 /// The span's attributes, flat, with lookups by key or by key prefix.
 struct Attributes {
     flat: Vec<(String, Value)>,
+    /// Indices into `flat` ordered by key (stable: the first of equal keys first). A span is
+    /// looked up by ~60 convention keys, most of them absent: a binary search each instead of a
+    /// scan of every attribute.
+    by_key: Vec<usize>,
     /// Keys whose meaning was extracted: left out of the call's `attributes`.
     used: Vec<String>,
 }
@@ -43,23 +47,39 @@ fn truthy(v: &Value) -> bool {
 }
 
 impl Attributes {
+    fn new(flat: Vec<(String, Value)>) -> Attributes {
+        let mut by_key: Vec<usize> = (0..flat.len()).collect();
+        by_key.sort_by(|a, b| flat[*a].0.cmp(&flat[*b].0));
+        Attributes { flat, by_key, used: Vec::new() }
+    }
+
+    /// Where keys not less than `key` start in `by_key`.
+    fn first_at_least(&self, key: &str) -> usize {
+        self.by_key.partition_point(|i| self.flat[*i].0.as_str() < key)
+    }
+
     /// The value of `key`: the attribute itself, or the attributes under `key.` nested into one
     /// object (indexed maps read as lists). Untruthy values count as absent.
     fn get(&self, key: &str) -> Option<Value> {
-        if let Some((_, v)) = self.flat.iter().find(|(k, _)| k == key)
+        if let Some((k, v)) = self.by_key.get(self.first_at_least(key)).map(|i| &self.flat[*i])
+            && k == key
             && truthy(v)
         {
             return Some(v.clone());
         }
         let prefix = format!("{key}.");
-        let under: Vec<(&str, &Value)> = self
-            .flat
+        let start = self.first_at_least(&prefix);
+        // Keys under `key.` sort together; nested in their original order.
+        let mut under: Vec<usize> = self.by_key[start..]
             .iter()
-            .filter_map(|(k, v)| k.strip_prefix(prefix.as_str()).map(|rest| (rest, v)))
+            .take_while(|i| self.flat[**i].0.starts_with(prefix.as_str()))
+            .copied()
             .collect();
         if under.is_empty() {
             return None;
         }
+        under.sort_unstable();
+        let under = under.iter().map(|i| (&self.flat[*i].0[prefix.len()..], &self.flat[*i].1));
         Some(index_maps_to_lists(Value::Object(nest(under)))).filter(truthy)
     }
 
@@ -183,8 +203,9 @@ fn usage(attrs: &mut Attributes) -> Option<Map<String, Value>> {
     Some(usage)
 }
 
-fn events_as_attributes(span: &Span, attrs: &mut Attributes) {
-    // `events.<name>` lookups read the attributes of the span's events with that name.
+/// `events.<name>` entries for the input and output keys that name events: the attributes of
+/// the span's events with that name, as a list.
+fn event_attributes(span: &Span) -> Vec<(String, Value)> {
     let mut by_name: Vec<(String, Vec<Value>)> = Vec::new();
     for event in &span.events {
         let value =
@@ -195,11 +216,13 @@ fn events_as_attributes(span: &Span, attrs: &mut Attributes) {
             None => by_name.push((key, vec![value])),
         }
     }
-    for (key, list) in by_name {
-        if conv::INPUT_KEYS.contains(&key.as_str()) || conv::OUTPUT_KEYS.contains(&key.as_str()) {
-            attrs.flat.push((key, Value::Array(list)));
-        }
-    }
+    by_name
+        .into_iter()
+        .filter(|(key, _)| {
+            conv::INPUT_KEYS.contains(&key.as_str()) || conv::OUTPUT_KEYS.contains(&key.as_str())
+        })
+        .map(|(key, list)| (key, Value::Array(list)))
+        .collect()
 }
 
 /// The exception text of a failed span: its `exception` event (`type: message`, then the
@@ -261,17 +284,45 @@ fn nested(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> Value {
     Value::Object(nest(f.iter().map(|(k, v)| (k.as_str(), v))))
 }
 
+/// The attribute keys (or `events.<name>`) whose values became the call's inputs and output.
+struct Moved {
+    inputs: Option<String>,
+    output: Option<String>,
+}
+
+impl Moved {
+    /// Whether `key` is, or lies under, a moved key.
+    fn holds(&self, key: &str) -> bool {
+        [&self.inputs, &self.output].into_iter().flatten().any(|m| {
+            key == m || key.strip_prefix(m.as_str()).is_some_and(|rest| rest.starts_with('.'))
+        })
+    }
+
+    fn to_json(&self) -> Option<Value> {
+        let mut map = Map::new();
+        if let Some(k) = &self.inputs {
+            map.insert("inputs".into(), k.as_str().into());
+        }
+        if let Some(k) = &self.output {
+            map.insert("output".into(), k.as_str().into());
+        }
+        (!map.is_empty()).then_some(Value::Object(map))
+    }
+}
+
 /// The original span, readable: hex ids, RFC 3339 times, nested attributes (the Weave
-/// server's `otel_dump` shape). `attributes` are the span's, already decoded.
+/// server's `otel_dump` shape), less the attributes and events that became the call's inputs
+/// and output: `attributes_moved` names them. `attributes` are the span's, already decoded.
 fn dump(
     span: &Span,
     attributes: Value,
+    moved: &Moved,
     resource: Option<&Resource>,
     scope: &Scope,
     parent: Option<&str>,
 ) -> Value {
     let status = span.status.clone().unwrap_or_default();
-    json!({
+    let mut dump = json!({
         "name": span.name,
         "context": {
             "trace_id": hex::encode(&span.trace_id),
@@ -284,10 +335,16 @@ fn dump(
         "end_time": micros(span.end_time_unix_nano).to_rfc3339(),
         "status": {"code": status_name(status.code), "message": status.message},
         "attributes": attributes,
+        // An event whose attributes moved keeps its place, name and time; its attributes are
+        // the next item of the list under `events.<name>` in inputs or output.
         "events": span.events.iter().map(|e| json!({
             "name": e.name,
             "timestamp": e.time_unix_nano,
-            "attributes": nested(&e.attributes),
+            "attributes": if moved.holds(&format!("events.{}", e.name)) {
+                Value::Null
+            } else {
+                nested(&e.attributes)
+            },
             "dropped_attributes_count": e.dropped_attributes_count,
         })).collect::<Vec<_>>(),
         "links": span.links.iter().map(|l| json!({
@@ -303,7 +360,11 @@ fn dump(
             "dropped_attributes_count": r.dropped_attributes_count,
         })),
         "scope": {"name": scope.name, "version": scope.version},
-    })
+    });
+    if let Some(moved) = moved.to_json() {
+        dump["attributes_moved"] = moved;
+    }
+    dump
 }
 
 /// Converts one span of `project` into a complete call.
@@ -327,12 +388,26 @@ pub fn to_call(
     let ended_at = micros(span.end_time_unix_nano.max(span.start_time_unix_nano));
     let status = span.status.clone().unwrap_or_default();
 
-    let mut attrs = Attributes { flat: flat(&span.attributes), used: Vec::new() };
-    // Decoded once (string attributes holding JSON are parsed): the dump reuses them.
-    let dumped_attributes = Value::Object(nest(attrs.flat.iter().map(|(k, v)| (k.as_str(), v))));
-    events_as_attributes(span, &mut attrs);
-    let inputs = inputs(attrs.take_first(conv::INPUT_KEYS));
-    let output = output(attrs.take_first(conv::OUTPUT_KEYS));
+    let mut flat = flat(&span.attributes);
+    let span_attribute_count = flat.len();
+    flat.extend(event_attributes(span));
+    let mut attrs = Attributes::new(flat);
+    let inputs_found = attrs.take_first(conv::INPUT_KEYS);
+    let output_found = attrs.take_first(conv::OUTPUT_KEYS);
+    // The content that became inputs and output is stored there only: the dump names where it
+    // went instead of holding it a second time (docs/otlp.md#what-otel_dump-holds).
+    let moved = Moved {
+        inputs: inputs_found.as_ref().map(|(k, _)| k.clone()),
+        output: output_found.as_ref().map(|(k, _)| k.clone()),
+    };
+    let dumped_attributes = Value::Object(nest(
+        attrs.flat[..span_attribute_count]
+            .iter()
+            .filter(|(k, _)| !moved.holds(k))
+            .map(|(k, v)| (k.as_str(), v)),
+    ));
+    let inputs = inputs(inputs_found);
+    let output = output(output_found);
     let usage = usage(&mut attrs);
 
     let mut attributes = Map::new();
@@ -362,12 +437,22 @@ pub fn to_call(
         .and_then(Value::as_str)
         .or_else(|| all.get("model_parameters")?.get("model")?.as_str())
         .map(str::to_owned);
+    let dumped = dump(span, dumped_attributes, &moved, resource, scope, parent_id.as_deref());
     let mut summary = Map::new();
     if let Some(usage) = usage {
         let key = model.unwrap_or_else(|| "usage".to_owned());
         summary.insert("usage".into(), json!({ key: usage }));
     }
 
+    // Every member must read back (see `limits::check_json_text`); the values are checked here,
+    // before they become text, so the text need not be scanned again.
+    let deep = |e: crate::ProtoError| e.to_string();
+    limits::check_map_depth("inputs", &inputs).map_err(deep)?;
+    limits::check_map_depth("attributes", &all).map_err(deep)?;
+    limits::check_json_depth("otel_dump", &dumped).map_err(deep)?;
+    if let Some(output) = &output {
+        limits::check_json_depth("output", output).map_err(deep)?;
+    }
     Ok(CompleteCall {
         start: StartedCall {
             project_id: project.clone(),
@@ -381,7 +466,7 @@ pub fn to_call(
             started_at,
             attributes: Some(all),
             inputs: Some(inputs),
-            otel_dump: Some(dump(span, dumped_attributes, resource, scope, parent_id.as_deref())),
+            otel_dump: Some(dumped),
             wb_run_id,
             wb_run_step,
         },

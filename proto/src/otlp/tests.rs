@@ -141,6 +141,16 @@ fn conventions_map_to_inputs_outputs_usage_and_attributes() {
                 ("/attributes/model_parameters", json!({"model": "gpt-4o", "temperature": 0.5})),
                 ("/attributes/server/address", json!("api.openai.com")),
                 ("/attributes/gen_ai", Value::Null),
+                // The dump keeps every attribute but the moved messages, stored once in
+                // inputs and output.
+                ("/otel_dump/attributes/gen_ai/usage/input_tokens", json!(10)),
+                ("/otel_dump/attributes/gen_ai/request/model", json!("gpt-4o")),
+                ("/otel_dump/attributes/gen_ai/input", Value::Null),
+                ("/otel_dump/attributes/gen_ai/output", Value::Null),
+                (
+                    "/otel_dump/attributes_moved",
+                    json!({"inputs": "gen_ai.input.messages", "output": "gen_ai.output.messages"}),
+                ),
             ],
         ),
         (
@@ -262,6 +272,14 @@ fn message_events_become_inputs_and_outputs() {
             ("/inputs/events.gen_ai.user.message/1/content", json!("again")),
             ("/output/events.gen_ai.choice/0/message/content", json!("hello")),
             ("/otel_dump/events/0/timestamp", json!(1_763_700_000_100_000_000u64)),
+            // The events' content is stored once, in inputs and output; the dump says so.
+            ("/otel_dump/events/0/attributes", Value::Null),
+            ("/otel_dump/events/2/name", json!("gen_ai.choice")),
+            ("/otel_dump/events/2/attributes", Value::Null),
+            (
+                "/otel_dump/attributes_moved",
+                json!({"inputs": "events.gen_ai.user.message", "output": "events.gen_ai.choice"}),
+            ),
         ],
     );
 }

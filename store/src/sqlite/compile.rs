@@ -202,7 +202,9 @@ pub(crate) fn json_exists_in(sql: &mut Sql, col: &str, segs: &[String]) {
         .push("), 'null') != 'null')");
 }
 
-const STATUS_SQL: &str = "(CASE WHEN exception IS NOT NULL THEN 'error' \
+/// `summary.weave.status`. Migration 0009 indexes this very expression (`calls_live_by_status`):
+/// change both together.
+pub(crate) const STATUS_SQL: &str = "(CASE WHEN exception IS NOT NULL THEN 'error' \
      WHEN ended_at IS NULL THEN 'running' \
      WHEN COALESCE(CAST(json_extract(summary, '$.status_counts.error') AS REAL), 0) > 0 \
      THEN 'descendant_error' ELSE 'success' END)";

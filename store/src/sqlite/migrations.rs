@@ -14,6 +14,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0006_costs.sql"),
     include_str!("migrations/0007_key_revocation.sql"),
     include_str!("migrations/0008_blobs.sql"),
+    include_str!("migrations/0009_filter_indexes.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;

@@ -7,6 +7,7 @@
 
 mod blobs;
 mod calls;
+mod checkpointer;
 // `functions` and `sql` are public for the fuzz targets, which render queries and run them on
 // an in-memory database (docs/fuzzing.md).
 mod compile;
@@ -53,6 +54,7 @@ impl Default for SqliteOptions {
 pub struct SqliteStore {
     writer: Writer,
     readers: Pool,
+    _checkpointer: checkpointer::Checkpointer,
 }
 
 /// Settings every connection gets. `synchronous = FULL` makes a commit durable against power
@@ -84,13 +86,22 @@ impl SqliteStore {
         conn.pragma_update(None, "journal_mode", "WAL").map_err(backend)?;
         configure(&conn).map_err(backend)?;
         migrations::migrate(&mut conn).map_err(backend)?;
+        conn.pragma_update(None, "wal_autocheckpoint", checkpointer::WRITER_AUTOCHECKPOINT_PAGES)
+            .map_err(backend)?;
+        conn.pragma_update(None, "journal_size_limit", checkpointer::WAL_SIZE_LIMIT)
+            .map_err(backend)?;
+        let checkpointer = checkpointer::Checkpointer::start(path.clone()).map_err(backend)?;
         let manager = SqliteConnectionManager::file(&path).with_init(|c| configure(c));
         let readers = r2d2::Pool::builder()
             .max_size(opts.readers.max(1))
             .min_idle(Some(1))
             .build(manager)
             .map_err(backend)?;
-        Ok(SqliteStore { writer: Writer::start(conn, opts.write_queue.max(1)), readers })
+        Ok(SqliteStore {
+            writer: Writer::start(conn, opts.write_queue.max(1)),
+            readers,
+            _checkpointer: checkpointer,
+        })
     }
 
     /// Runs a read on a pooled connection off the async runtime.
