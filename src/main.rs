@@ -48,6 +48,8 @@ enum Command {
         kafka: KafkaArgs,
         #[command(flatten)]
         consumer: ConsumerArgs,
+        #[command(flatten)]
+        ui: UiArgs,
     },
     /// Run the ingest role alone: the call write endpoints, producing to Kafka.
     Ingest {
@@ -77,6 +79,8 @@ enum Command {
         http: HttpArgs,
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        ui: UiArgs,
     },
     /// Create or upgrade the schema of the configured store, then exit.
     Migrate {
@@ -195,6 +199,39 @@ impl ConsumerArgs {
             max_attempts: self.consumer_max_attempts,
             ..Default::default()
         }
+    }
+}
+
+/// The web UI, served by the roles that serve the query API (docs/ui.md).
+#[derive(Args, Clone)]
+struct UiArgs {
+    /// The secret that signs the UI's session cookies (at least 32 characters); every query
+    /// replica behind one address must have the same. Default: generated once and kept in
+    /// `<data-dir>/ui-secret` on SQLite; a new one per process on ClickHouse.
+    #[arg(long, env = "HEDDLE_UI_SECRET", hide_env_values = true)]
+    ui_secret: Option<String>,
+    /// Mark session cookies `Secure` even for plain-HTTP requests (set it when a TLS proxy in
+    /// front does not send `X-Forwarded-Proto: https`).
+    #[arg(long, env = "HEDDLE_UI_SECURE_COOKIES")]
+    ui_secure_cookies: bool,
+}
+
+impl UiArgs {
+    fn config(&self, store: &StoreArgs) -> anyhow::Result<heddle_ui::UiConfig> {
+        let secret = match self.ui_secret.as_deref().filter(|s| !s.is_empty()) {
+            Some(text) => heddle_ui::Secret::from_text(text).context("--ui-secret")?,
+            None if store.clickhouse.is_none() => {
+                heddle_ui::Secret::load_or_create(&store.data_dir.join("ui-secret"))?
+            }
+            None => {
+                tracing::warn!(
+                    "no --ui-secret (HEDDLE_UI_SECRET): UI sessions end when this process \
+                     stops, and other query replicas do not accept them"
+                );
+                heddle_ui::Secret::random()
+            }
+        };
+        Ok(heddle_ui::UiConfig { secret, secure_cookies: self.ui_secure_cookies })
     }
 }
 
@@ -337,12 +374,14 @@ async fn main() -> anyhow::Result<()> {
     let open_files = net::raise_open_files_limit();
     tracing::debug!(open_files, "open-files limit");
     match Cli::parse().command {
-        Command::Serve { http, otlp, store, kafka, consumer } => {
-            let store = open_store(&store).await?;
+        Command::Serve { http, otlp, store: store_args, kafka, consumer, ui } => {
+            let store = open_store(&store_args).await?;
+            let ui = Some(ui.config(&store_args)?);
             if kafka.brokers.is_none() {
-                return serve(http, Some(otlp), store, None, server::Roles::ALL).await;
+                let roles = server::Roles { ui, ..server::Roles::ALL };
+                return serve(http, Some(otlp), store, None, roles).await;
             }
-            roles::serve_through_kafka(http, otlp, store, kafka, consumer).await
+            roles::serve_through_kafka(http, otlp, store, kafka, consumer, ui).await
         }
         Command::Ingest { http, otlp, store, kafka } => {
             roles::ingest(http, otlp, open_store(&store).await?, kafka).await
@@ -350,8 +389,10 @@ async fn main() -> anyhow::Result<()> {
         Command::Consume { store, kafka, consumer, http } => {
             roles::consume(open_store(&store).await?, kafka, consumer, http).await
         }
-        Command::Query { http, store } => {
-            serve(http, None, open_store(&store).await?, None, server::Roles::QUERY).await
+        Command::Query { http, store: store_args, ui } => {
+            let store = open_store(&store_args).await?;
+            let roles = server::Roles { ui: Some(ui.config(&store_args)?), ..server::Roles::QUERY };
+            serve(http, None, store, None, roles).await
         }
         Command::Migrate { store } => {
             open_store(&store).await?;

@@ -29,12 +29,13 @@ mod with_kafka {
         store: Arc<dyn Store>,
         kafka: KafkaArgs,
         consumer: ConsumerArgs,
+        ui: Option<heddle_ui::UiConfig>,
     ) -> anyhow::Result<()> {
         let metrics = Arc::new(Metrics::new());
         let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
         let sink = kafka_sink(&kafka, store.clone(), metrics.clone())?;
         let consuming = tokio::spawn(pipeline.run(std::future::pending()));
-        let roles = server::Roles { metrics: Some(metrics), ..server::Roles::ALL };
+        let roles = server::Roles { metrics: Some(metrics), ui, ..server::Roles::ALL };
         tokio::select! {
             served = serve(http, Some(otlp), store, Some(sink), roles) => served,
             consumed = consuming => Err(anyhow::anyhow!("the consumer stopped: {consumed:?}")),
@@ -117,6 +118,7 @@ pub async fn serve_through_kafka(
     _: Arc<dyn Store>,
     _: KafkaArgs,
     _: ConsumerArgs,
+    _: Option<heddle_ui::UiConfig>,
 ) -> anyhow::Result<()> {
     Err(crate::not_built("kafka", "--kafka"))
 }

@@ -31,15 +31,17 @@ pub struct Roles {
     pub query: bool,
     /// Serve these pipeline metrics at `/metrics` (API key required, like every endpoint).
     pub metrics: Option<Arc<Metrics>>,
+    /// Serve the web UI (with the query role) with this configuration.
+    pub ui: Option<heddle_ui::UiConfig>,
 }
 
 // The ingest and consumer roles exist only with Kafka.
 #[cfg_attr(not(feature = "kafka"), allow(dead_code))]
 impl Roles {
-    pub const ALL: Roles = Roles { ingest: true, query: true, metrics: None };
-    pub const INGEST: Roles = Roles { ingest: true, query: false, metrics: None };
-    pub const QUERY: Roles = Roles { ingest: false, query: true, metrics: None };
-    pub const NONE: Roles = Roles { ingest: false, query: false, metrics: None };
+    pub const ALL: Roles = Roles { ingest: true, query: true, metrics: None, ui: None };
+    pub const INGEST: Roles = Roles { ingest: true, query: false, metrics: None, ui: None };
+    pub const QUERY: Roles = Roles { ingest: false, query: true, metrics: None, ui: None };
+    pub const NONE: Roles = Roles { ingest: false, query: false, metrics: None, ui: None };
 }
 
 pub fn app(
@@ -55,6 +57,9 @@ pub fn app(
     let mut router = Router::new().merge(heddle_query::public_routes());
     if roles.query {
         router = router.merge(heddle_query::routes());
+        if let Some(ui) = roles.ui {
+            router = router.merge(heddle_ui::routes(ui));
+        }
     }
     if roles.ingest {
         router = router.merge(heddle_ingest::routes());

@@ -52,6 +52,14 @@ const QUERY_PATHS: &[&str] = &[
     "/v2/acme/proj/x/call/start",
     "/v2/acme/calls/complete",
     "/otel/v1/metrics",
+    // The web UI (routes declared in `ui/src` are added too): the links the SDK prints, also
+    // for an entity named like an API prefix.
+    "/acme/demo/weave",
+    "/acme/demo/r/call/019a-call",
+    "/v2/demo/r/call/019a-call",
+    "/otel/demo/weave/calls",
+    "/signin",
+    "/static/heddle.css",
 ];
 /// System log tables that must have a TTL (the default config enables them all).
 const LOG_TABLES: &[&str] = &[
@@ -642,6 +650,10 @@ fn services_run_real_roles_with_accepted_settings() {
         if role != "migrate" {
             assert!(env.contains_key("HEDDLE_API_KEY"), "{}: sets the admin key", service.name);
         }
+        if role == "query" {
+            // Replicas must accept each other's UI sessions (docs/ui.md, "Sessions").
+            assert!(env.contains_key("HEDDLE_UI_SECRET"), "{}: shares a UI secret", service.name);
+        }
     }
 
     // Every role shares one ClickHouse database and its credentials.
@@ -808,7 +820,9 @@ fn router_is_the_one_entry_url() {
     ingest_paths.extend(declared_routes("ingest/src").iter().map(|p| concrete(p)));
     let mut query_paths: BTreeSet<String> = QUERY_PATHS.iter().map(|p| p.to_string()).collect();
     query_paths.extend(declared_routes("query/src").iter().map(|p| concrete(p)));
+    query_paths.extend(declared_routes("ui/src").iter().map(|p| concrete(p)));
     assert!(query_paths.contains("/obj/read"), "query routes were found in query/src");
+    assert!(query_paths.contains("/seg-1/seg-1/r/call/seg-1"), "UI routes were found in ui/src");
     for path in &ingest_paths {
         let backends = nginx.backends(path);
         assert!(
@@ -1117,10 +1131,13 @@ fn docker_compose_config_accepts_the_file() {
             "config",
             "-q",
         ]);
-        cmd.env_remove("HEDDLE_API_KEY").env_remove("HEDDLE_CLICKHOUSE_PASSWORD");
+        cmd.env_remove("HEDDLE_API_KEY")
+            .env_remove("HEDDLE_CLICKHOUSE_PASSWORD")
+            .env_remove("HEDDLE_UI_SECRET");
         if with_secrets {
             cmd.env("HEDDLE_API_KEY", "compose-test-key")
-                .env("HEDDLE_CLICKHOUSE_PASSWORD", "composetestpassword");
+                .env("HEDDLE_CLICKHOUSE_PASSWORD", "composetestpassword")
+                .env("HEDDLE_UI_SECRET", "compose-test-ui-secret-of-32-characters");
         }
         cmd.output().expect("running docker compose config")
     };

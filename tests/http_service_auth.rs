@@ -460,9 +460,10 @@ async fn bad_requests_leave_the_server_healthy() {
     if r.status != 400 {
         failures.push(format!("deep query: {} {}", r.status, r.text()));
     }
-    // Unknown endpoints: 404 with a JSON reason; wrong methods: a JSON error too.
+    // Unknown endpoints: 404 with a JSON reason; wrong methods: a JSON error too. (`GET /` is
+    // the web UI's project list, docs/ui.md.)
     for (method, path) in
-        [("GET", "/nope"), ("POST", "/calls/nope"), ("POST", "/v2/ent/p/nope"), ("GET", "/")]
+        [("GET", "/nope"), ("POST", "/calls/nope"), ("POST", "/v2/ent/p/nope"), ("GET", "/a/b/c/d")]
     {
         let r = hit(&api, method, path, &json!({})).await;
         if r.status != 404

@@ -15,9 +15,12 @@ venv="$cache/venv-$(sha256sum tests/python/requirements.txt | cut -c1-12)"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-# rdkafka builds its bundled librdkafka with cmake (Debian's librdkafka is too old for tansu).
+# rdkafka builds its bundled librdkafka with cmake (Debian's librdkafka is too old for tansu);
+# the UI's browser tests (tests/python/test_ui_browser.py) drive Debian's Chromium through its
+# chromedriver, with an emoji font for the screenshots.
 missing=()
-for pkg in cmake libcurl4-openssl-dev libssl-dev zlib1g-dev; do
+for pkg in cmake libcurl4-openssl-dev libssl-dev zlib1g-dev chromium chromium-driver \
+    fonts-noto-color-emoji; do
     dpkg -s "$pkg" >/dev/null 2>&1 || missing+=("$pkg")
 done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -35,7 +38,7 @@ if [ ! -x "$tansu_root/bin/tansu" ]; then
 fi
 export HEDDLE_TANSU="$tansu_root/bin/tansu"
 
-venv_probe='import weave, pytest, chdb, mmdb_writer, opentelemetry.exporter.otlp.proto.grpc.trace_exporter'
+venv_probe='import weave, pytest, chdb, mmdb_writer, selenium, opentelemetry.exporter.otlp.proto.grpc.trace_exporter'
 if ! "$venv/bin/python" -c "$venv_probe" >/dev/null 2>&1; then
     step "creating the Python venv with the pinned SDK in $venv"
     rm -rf "$venv"

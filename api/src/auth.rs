@@ -227,12 +227,17 @@ impl Auth {
                 "missing API key: send Authorization: Basic base64(api:KEY) or Bearer KEY".into(),
             )
         })?;
-        let hash = hash_key(&key);
-        if self.admin_hash.as_deref() == Some(hash.as_str()) {
+        self.authenticate_hash(&hash_key(&key)).await
+    }
+
+    /// Who the key with this [`hash_key`] hash belongs to, with the same cache and revocation
+    /// rules as [`Auth::authenticate`]: the web UI's sessions hold a key's hash, not the key.
+    pub async fn authenticate_hash(&self, hash: &str) -> Result<Principal, ApiError> {
+        if self.admin_hash.as_deref() == Some(hash) {
             return Ok(Principal::Admin);
         }
-        let lookup = || self.store.lookup_key(&hash);
-        match self.keys.principal(&hash, Instant::now(), lookup).await? {
+        let lookup = || self.store.lookup_key(hash);
+        match self.keys.principal(hash, Instant::now(), lookup).await? {
             Some(principal) => Ok(principal),
             None => Err(ApiError::Unauthorized("invalid or revoked API key".into())),
         }

@@ -15,7 +15,9 @@ use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQue
 use heddle_proto::threads::{Thread, ThreadsQuery};
 
 use crate::prelude::*;
-use crate::{CallStream, KeyInfo, KeyRecord, NewObject, NewTable, Result, StoredRow, TableSlice};
+use crate::{
+    CallStream, KeyInfo, KeyRecord, NewObject, NewTable, ProjectInfo, Result, StoredRow, TableSlice,
+};
 
 /// Each resource served by its own implementation.
 #[derive(Clone)]
@@ -27,6 +29,7 @@ pub struct Composite {
     pub feedback: Arc<dyn FeedbackStore>,
     pub costs: Arc<dyn CostStore>,
     pub threads: Arc<dyn ThreadStore>,
+    pub projects: Arc<dyn ProjectStore>,
     pub keys: Arc<dyn KeyStore>,
     pub blobs: Arc<dyn BlobStore>,
     pub health: Arc<dyn Health>,
@@ -43,6 +46,7 @@ impl Composite {
             feedback: store.clone(),
             costs: store.clone(),
             threads: store.clone(),
+            projects: store.clone(),
             keys: store.clone(),
             blobs: store.clone(),
             health: store,
@@ -168,6 +172,13 @@ impl CostStore for Composite {
 impl ThreadStore for Composite {
     async fn query_threads(&self, q: ThreadsQuery) -> Result<Vec<Thread>> {
         self.threads.query_threads(q).await
+    }
+}
+
+#[async_trait]
+impl ProjectStore for Composite {
+    async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<ProjectInfo>> {
+        self.projects.list_projects(entity, limit).await
     }
 }
 

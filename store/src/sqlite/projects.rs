@@ -1,0 +1,48 @@
+//! Projects on SQLite: one pass over the live-calls index (`calls_live_by_start`), which holds
+//! every column the aggregation needs.
+
+use async_trait::async_trait;
+use heddle_proto::ProjectId;
+use heddle_proto::time::Micros;
+use rusqlite::params;
+
+use super::SqliteStore;
+use super::writer::backend;
+use crate::{ProjectInfo, ProjectStore, Result};
+
+/// `?1`/`?2` bound the project ids to one entity (`entity/` up to `entity0`: `0` follows `/`).
+const LIST: &str = "SELECT project_id, COUNT(*), MAX(started_at) FROM calls \
+                    WHERE deleted_at IS NULL AND started_at IS NOT NULL \
+                    AND project_id >= ?1 AND project_id < ?2 \
+                    GROUP BY project_id ORDER BY 3 DESC, 1 LIMIT ?3";
+
+#[async_trait]
+impl ProjectStore for SqliteStore {
+    async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<ProjectInfo>> {
+        let (lo, hi) = match entity {
+            Some(e) => (format!("{e}/"), format!("{e}0")),
+            None => (String::new(), "\u{10FFFF}".to_owned()),
+        };
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = self
+            .read(move |conn| {
+                let mut st = conn.prepare_cached(LIST).map_err(backend)?;
+                st.query_map(params![lo, hi, limit], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?, r.get::<_, i64>(2)?))
+                })
+                .and_then(|rows| rows.collect::<rusqlite::Result<Vec<_>>>())
+                .map_err(backend)
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .filter_map(|(p, n, last)| {
+                Some(ProjectInfo {
+                    project: ProjectId::parse(&p).ok()?,
+                    calls: n as u64,
+                    last_call: Micros(last),
+                })
+            })
+            .collect())
+    }
+}
