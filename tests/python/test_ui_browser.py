@@ -283,8 +283,19 @@ def click(element: Any) -> None:
     _loaded(driver)
     old = driver.find_element(By.TAG_NAME, "html")
     element.click()
-    WebDriverWait(driver, 30).until(expected_conditions.staleness_of(old))
+    WebDriverWait(driver, 30).until(lambda _: _gone(old))
     _loaded(driver)
+
+
+def _gone(element: Any) -> bool:
+    """Whether `element` left the document. chromedriver sometimes says so with an "unknown
+    error" (the node "does not belong to the document") instead of a stale-element error."""
+    try:
+        return expected_conditions.staleness_of(element)(None)
+    except WebDriverException as e:
+        if "does not belong to the document" in str(e):
+            return True
+        raise
 
 
 def _loaded(driver: webdriver.Chrome) -> None:
