@@ -138,22 +138,19 @@ pub const MAX_JSON_VALUES: usize = 4_000_000;
 pub fn json_depth(v: &Value, stop_at: usize) -> usize {
     let mut deepest = 0;
     let mut stack: Vec<(&Value, usize)> = vec![(v, 0)];
+    // Scalars are not pushed: only containers can make the value deeper.
+    let deeper = |c: &&Value| c.is_array() || c.is_object();
     while let Some((v, depth)) = stack.pop() {
-        if !(v.is_array() || v.is_object()) {
-            continue;
-        }
-        deepest = deepest.max(depth + 1);
-        if deepest > stop_at {
-            return deepest;
-        }
-        // Scalars are not pushed: only containers can make the value deeper.
-        let deeper = |c: &&Value| c.is_array() || c.is_object();
         match v {
             Value::Array(items) => {
                 stack.extend(items.iter().filter(deeper).map(|c| (c, depth + 1)))
             }
             Value::Object(map) => stack.extend(map.values().filter(deeper).map(|c| (c, depth + 1))),
-            _ => {}
+            _ => continue,
+        }
+        deepest = deepest.max(depth + 1);
+        if deepest > stop_at {
+            return deepest;
         }
     }
     deepest

@@ -56,8 +56,8 @@ fn seeded(traces: usize) -> Connection {
         }
     }
     tx.commit().unwrap();
-    // What the writer does every half minute (store/src/sqlite/writer.rs).
-    conn.execute_batch("PRAGMA analysis_limit = 1000; ANALYZE;").unwrap();
+    // What the writer does at open and every half minute.
+    heddle_store::sqlite::analyze(&conn);
     conn
 }
 

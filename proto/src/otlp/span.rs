@@ -35,6 +35,11 @@ struct Attributes {
     used: Vec<String>,
 }
 
+/// Whether the dotted `key` is `prefix` itself or lies under it (`a.b` is under `a`, `ab` is not).
+fn at_or_under(key: &str, prefix: &str) -> bool {
+    key.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
+}
+
 fn truthy(v: &Value) -> bool {
     match v {
         Value::Null => false,
@@ -91,9 +96,7 @@ impl Attributes {
     }
 
     fn is_used(&self, key: &str) -> bool {
-        self.used
-            .iter()
-            .any(|u| key == u || key.strip_prefix(u.as_str()).is_some_and(|r| r.starts_with('.')))
+        self.used.iter().any(|u| at_or_under(key, u))
     }
 
     /// The attributes nobody extracted, nested.
@@ -293,9 +296,7 @@ struct Moved {
 impl Moved {
     /// Whether `key` is, or lies under, a moved key.
     fn holds(&self, key: &str) -> bool {
-        [&self.inputs, &self.output].into_iter().flatten().any(|m| {
-            key == m || key.strip_prefix(m.as_str()).is_some_and(|rest| rest.starts_with('.'))
-        })
+        [&self.inputs, &self.output].into_iter().flatten().any(|m| at_or_under(key, m))
     }
 
     fn to_json(&self) -> Option<Value> {

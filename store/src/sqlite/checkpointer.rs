@@ -37,8 +37,7 @@ impl Drop for Checkpointer {
 impl Checkpointer {
     pub(crate) fn start(path: PathBuf) -> rusqlite::Result<Checkpointer> {
         let conn = Connection::open(path)?;
-        conn.busy_timeout(Duration::from_secs(10))?;
-        conn.pragma_update(None, "synchronous", "FULL")?;
+        super::configure(&conn)?;
         let stop = Arc::new(AtomicBool::new(false));
         let stopped = stop.clone();
         std::thread::Builder::new()

@@ -217,8 +217,8 @@ pub(crate) fn json_exists_in(sql: &mut Sql, col: &str, segs: &[String]) {
 }
 
 /// `summary.weave.status`. Migration 0009 indexes this very expression (`calls_live_by_status`):
-/// change both together.
-pub(crate) const STATUS_SQL: &str = "(CASE WHEN exception IS NOT NULL THEN 'error' \
+/// change both together (store/tests/sqlite_plans.rs fails when the index goes unused).
+const STATUS_SQL: &str = "(CASE WHEN exception IS NOT NULL THEN 'error' \
      WHEN ended_at IS NULL THEN 'running' \
      WHEN COALESCE(CAST(json_extract(summary, '$.status_counts.error') AS REAL), 0) > 0 \
      THEN 'descendant_error' ELSE 'success' END)";

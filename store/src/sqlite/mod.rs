@@ -31,6 +31,7 @@ use std::time::Duration;
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
 
+pub use self::writer::analyze;
 use self::writer::{Writer, backend};
 use crate::Result;
 

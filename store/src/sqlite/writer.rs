@@ -119,7 +119,7 @@ const ANALYSIS_LIMIT: u32 = 1000;
 /// them SQLite guesses, and on a large project it reads a trace through the time index instead
 /// of the trace index, hundreds of times slower. Failure only costs plan quality, so it is
 /// logged, not returned.
-fn analyze(conn: &Connection) {
+pub fn analyze(conn: &Connection) {
     let sql = format!("PRAGMA analysis_limit = {ANALYSIS_LIMIT}; ANALYZE;");
     if let Err(e) = conn.execute_batch(&sql) {
         tracing::warn!(error = %e, "sqlite ANALYZE failed");
