@@ -2,6 +2,7 @@
 //! read-back through `calls/stream_query` and `calls/query_stats`, and the batch-1 baseline
 //! (see the crate docs in `main.rs`).
 
+use crate::report::print_log_problems;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -32,12 +33,7 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
 
     let (server, base_url, key) = Server::start_or_connect(args, bin)?;
     let server_pid = server.as_ref().map(Server::pid);
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(args.concurrency.max(1) * 2)
-        .timeout(Duration::from_secs(600))
-        .build()?;
+    let client = crate::client::http_client(args.concurrency.max(1) * 2, Duration::from_secs(600))?;
     let api = Api { client: client.clone(), base: base_url.clone(), key: key.clone() };
     let version = api.version().await.unwrap_or_else(|e| format!("unknown ({e:#})"));
 
@@ -202,13 +198,7 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
         );
     }
     if let Some(server) = &server {
-        let log = server.log_problems();
-        if !log.is_empty() {
-            println!("\nServer log (WARN/ERROR lines, first {}):", log.len());
-            for line in &log {
-                println!("    {line}");
-            }
-        }
+        print_log_problems("Server log", &server.log_problems());
     }
     drop(server);
     let mut m = Measured { problems, figures: Vec::new() };

@@ -361,3 +361,13 @@ pub(crate) async fn send_from(
         .collect();
     Outcome::join(tasks, start).await
 }
+
+/// The bench's HTTP client: no proxy, no Nagle delay, `idle` keep-alive connections per host.
+pub(crate) fn http_client(idle: usize, timeout: Duration) -> reqwest::Result<reqwest::Client> {
+    reqwest::Client::builder()
+        .no_proxy()
+        .tcp_nodelay(true)
+        .pool_max_idle_per_host(idle)
+        .timeout(timeout)
+        .build()
+}

@@ -18,6 +18,7 @@
 //! and/or --sweep-wait-ms, a fresh deployment per consumer setting runs the batched and paced
 //! phases and one summary row is printed per setting.
 
+use crate::report::print_log_problems;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
@@ -111,12 +112,8 @@ pub(crate) async fn deploy(
         stack.clickhouse_url,
         stack.clickhouse_pid().map_or(String::new(), |p| format!(" (pid {p})")),
     );
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(args.concurrency.max(1) * 2 + 4)
-        .timeout(Duration::from_secs(600))
-        .build()?;
+    let client =
+        crate::client::http_client(args.concurrency.max(1) * 2 + 4, Duration::from_secs(600))?;
     let api = Api { client: client.clone(), base: stack.url.clone(), key: key.clone() };
     let version = api.version().await.unwrap_or_else(|e| format!("unknown ({e:#})"));
     Ok(Deployment { stack, api, client, key, version })
@@ -794,13 +791,7 @@ async fn full(
     for n in &notes {
         println!("{n}");
     }
-    let log = d.stack.log_problems();
-    if !log.is_empty() {
-        println!("\nLog problems (first {}):", log.len());
-        for line in &log {
-            println!("    {line}");
-        }
-    }
+    print_log_problems("Log problems", &d.stack.log_problems());
     Ok(())
 }
 

@@ -6,6 +6,7 @@
 //! produced come from the role's `/metrics`. Nothing is read back: without a consumer nothing
 //! becomes visible; `--otlp --distributed` measures the whole path.
 
+use crate::report::print_log_problems;
 use std::path::Path;
 use std::time::Duration;
 
@@ -47,12 +48,7 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
     };
     crate::split_project(&project)?;
     let (jobs, spans, wire) = http_workload(args, &project);
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(args.concurrency * 2)
-        .timeout(Duration::from_secs(600))
-        .build()?;
+    let client = crate::client::http_client(args.concurrency * 2, Duration::from_secs(600))?;
     let api = Api { client: client.clone(), base: stack.url.clone(), key: key.clone() };
     // The ingest role serves no /version.
     let version = std::process::Command::new(bin)
@@ -133,13 +129,7 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
         opt(load0, 2),
         opt(loadavg(), 2),
     );
-    let log = stack.log_problems();
-    if !log.is_empty() {
-        println!("\nheddle log (WARN/ERROR lines, first {}):", log.len());
-        for line in &log {
-            println!("    {line}");
-        }
-    }
+    print_log_problems("heddle log", &stack.log_problems());
     drop(stack);
 
     let mut m = Measured { problems, figures: Vec::new() };

@@ -21,6 +21,7 @@
 //! distributed calls bench does. Every phase streams its project back and checks that each span
 //! became exactly one call and that a sample call carries what its span said.
 
+use crate::report::print_log_problems;
 use std::collections::HashSet;
 use std::io::Write;
 use std::path::Path;
@@ -1034,12 +1035,7 @@ pub(crate) async fn run_embedded(args: &Args, bin: &Path) -> anyhow::Result<Meas
         );
     }
     let pid = server.as_ref().map(Server::pid);
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(args.concurrency * 2)
-        .timeout(Duration::from_secs(600))
-        .build()?;
+    let client = crate::client::http_client(args.concurrency * 2, Duration::from_secs(600))?;
     let api = Api { client: client.clone(), base: base.clone(), key: key.clone() };
     let version = api.version().await.unwrap_or_else(|e| format!("unknown ({e:#})"));
     let target = Target { client: &client, base: &base, grpc: grpc.as_deref(), key: &key };
@@ -1129,13 +1125,7 @@ pub(crate) async fn run_embedded(args: &Args, bin: &Path) -> anyhow::Result<Meas
     );
     println!("Load average (1 min) at start / end: {} / {}.", opt(load0, 2), opt(loadavg(), 2));
     if let Some(server) = &server {
-        let log = server.log_problems();
-        if !log.is_empty() {
-            println!("\nServer log (WARN/ERROR lines, first {}):", log.len());
-            for line in &log {
-                println!("    {line}");
-            }
-        }
+        print_log_problems("Server log", &server.log_problems());
     }
     let mut m = Measured { problems, figures: Vec::new() };
     for r in &rows {
@@ -1334,13 +1324,7 @@ pub(crate) async fn run_distributed(args: &Args) -> anyhow::Result<Vec<String>> 
         );
     }
     println!("Load average (1 min) at start / end: {} / {}.", opt(load0, 2), opt(loadavg(), 2));
-    let log = d.stack.log_problems();
-    if !log.is_empty() {
-        println!("\nLog problems (first {}):", log.len());
-        for line in &log {
-            println!("    {line}");
-        }
-    }
+    print_log_problems("Log problems", &d.stack.log_problems());
     Ok(problems)
 }
 

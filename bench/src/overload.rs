@@ -18,6 +18,7 @@
 //! marker; each request overwrites the markers with its own sequence number, so every span sent
 //! is new without encoding anything during the run.
 
+use crate::report::print_log_problems;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -260,12 +261,10 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
     let reqs =
         export_requests(&project, POOL * args.otlp_batch, args.otlp_batch, args.otlp_children);
     let templates: Vec<Template> = reqs.into_iter().map(Template::new).collect();
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(args.overload_senders + args.concurrency)
-        .timeout(Duration::from_secs(120))
-        .build()?;
+    let client = crate::client::http_client(
+        args.overload_senders + args.concurrency,
+        Duration::from_secs(120),
+    )?;
     let sender = Arc::new(Sender {
         client: client.clone(),
         url: format!("{base}/otel/v1/traces"),
@@ -469,13 +468,7 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
         load0.map_or("–".into(), |l| format!("{l:.2}")),
         loadavg().map_or("–".into(), |l| format!("{l:.2}")),
     );
-    let log = target.log_problems();
-    if !log.is_empty() {
-        println!("\nServer log (WARN/ERROR lines, first {}):", log.len());
-        for line in &log {
-            println!("    {line}");
-        }
-    }
+    print_log_problems("Server log", &target.log_problems());
     drop(target);
 
     let mut m = Measured { problems, figures: Vec::new() };

@@ -10,6 +10,7 @@
 //! `--query-reps` times after one untimed warm-up. Every answer is checked: the number of rows
 //! and the count against what was generated, every row against the filter, and the order.
 
+use crate::report::print_log_problems;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -243,12 +244,7 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
     let load0 = loadavg();
     let (server, base, key) = Server::start_or_connect(args, bin)?;
     let pid = server.as_ref().map(Server::pid);
-    let client = reqwest::Client::builder()
-        .no_proxy()
-        .tcp_nodelay(true)
-        .pool_max_idle_per_host(args.concurrency * 2)
-        .timeout(Duration::from_secs(600))
-        .build()?;
+    let client = crate::client::http_client(args.concurrency * 2, Duration::from_secs(600))?;
     let api = Api { client: client.clone(), base: base.clone(), key: key.clone() };
     let version = api.version().await.unwrap_or_else(|e| format!("unknown ({e:#})"));
     let before = api.count(&project).await.context("query_stats before seeding")?;
@@ -385,13 +381,7 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
         loadavg().map_or("–".into(), |l| format!("{l:.2}"))
     );
     if let Some(server) = &server {
-        let log = server.log_problems();
-        if !log.is_empty() {
-            println!("\nServer log (WARN/ERROR lines, first {}):", log.len());
-            for line in &log {
-                println!("    {line}");
-            }
-        }
+        print_log_problems("Server log", &server.log_problems());
     }
 
     let mut m = Measured { problems, figures: Vec::new() };

@@ -130,3 +130,14 @@ pub(crate) fn print_table(rows: &[Row], nproc: usize, with_cpu: bool) {
         println!("{line}");
     }
 }
+
+/// Prints a process's WARN/ERROR log lines (`log_problems`) under `heading`, if it logged any.
+pub(crate) fn print_log_problems(heading: &str, lines: &[String]) {
+    if lines.is_empty() {
+        return;
+    }
+    println!("\n{heading} (WARN/ERROR lines, first {}):", lines.len());
+    for line in lines {
+        println!("    {line}");
+    }
+}
