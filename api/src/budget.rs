@@ -38,6 +38,13 @@ pub struct MemoryBudget {
 /// Room in the budget, given back when dropped.
 pub struct Admitted(OwnedSemaphorePermit);
 
+impl Admitted {
+    /// The bytes of room held.
+    pub fn bytes(&self) -> usize {
+        self.0.num_permits() * UNIT
+    }
+}
+
 impl MemoryBudget {
     /// A budget of `bytes` (at least one largest body's worth, so every request can run alone).
     pub fn new(bytes: usize) -> MemoryBudget {

@@ -15,12 +15,14 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::extract::{FromRequest, Request};
 use axum::http::HeaderMap;
-use axum::http::header::CONTENT_ENCODING;
+use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
-use crate::budget::{AdmissionSlot, Admitted, DECODE_FACTOR, UNCHARGED_BYTES, VALUE_COST};
+use crate::budget::{
+    AdmissionSlot, Admitted, DECODE_FACTOR, MemoryBudget, UNCHARGED_BYTES, VALUE_COST,
+};
 use crate::{ApiError, AppState};
 use heddle_proto::limits::{MAX_JSON_DEPTH, MAX_JSON_VALUES, json_shape};
 
@@ -33,28 +35,64 @@ fn too_large(limit: usize) -> ApiError {
     ApiError::TooLarge(format!("request body is larger than the server's limit of {limit} bytes"))
 }
 
-/// Reads a whole body of at most `limit` bytes.
-pub async fn read_body(body: Body, limit: usize) -> Result<Bytes, ApiError> {
+/// Reads a whole body of at most `limit` bytes, admitted against the memory budget
+/// (`crate::budget`) before it is held: a declared `Content-Length` before the first byte is
+/// read, a body of unknown length as it grows (each step admitting twice what has arrived). So
+/// many clients sending large bodies at once wait for room, or get 503, instead of all being
+/// buffered. The admission covers decoding the body too ([`DECODE_FACTOR`]).
+pub async fn read_body(
+    body: Body,
+    limit: usize,
+    declared: Option<usize>,
+    budget: &MemoryBudget,
+) -> Result<(Bytes, Option<Admitted>), ApiError> {
     let mut chunks = body.into_data_stream();
-    let mut buf = BytesMut::new();
+    let declared = declared.filter(|n| *n <= limit);
+    let mut charged = declared.unwrap_or(UNCHARGED_BYTES);
+    let mut admitted = match declared {
+        Some(n) => match budget.admit_body(n, None).await {
+            Ok(a) => a,
+            Err(e) => return Err(drain(chunks, e).await),
+        },
+        None => None,
+    };
+    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0));
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
         if buf.len() + chunk.len() > limit {
-            let drain = async {
-                let mut drained = 0usize;
-                while let Some(Ok(chunk)) = chunks.next().await {
-                    drained += chunk.len();
-                    if drained > DRAIN_BYTES {
-                        break;
-                    }
-                }
+            return Err(drain(chunks, too_large(limit)).await);
+        }
+        if buf.len() + chunk.len() > charged {
+            charged = ((buf.len() + chunk.len()) * 2).min(limit);
+            admitted = match budget.admit_body(charged, admitted).await {
+                Ok(a) => a,
+                Err(e) => return Err(drain(chunks, e).await),
             };
-            let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
-            return Err(too_large(limit));
         }
         buf.extend_from_slice(&chunk);
     }
-    Ok(buf.freeze())
+    Ok((buf.freeze(), admitted))
+}
+
+/// Reads what is left of a refused body (within bounds, keeping none of it) so that the client,
+/// still sending, reads the answer `e` instead of a reset connection.
+async fn drain(mut chunks: axum::body::BodyDataStream, e: ApiError) -> ApiError {
+    let drain = async {
+        let mut drained = 0usize;
+        while let Some(Ok(chunk)) = chunks.next().await {
+            drained += chunk.len();
+            if drained > DRAIN_BYTES {
+                break;
+            }
+        }
+    };
+    let _ = tokio::time::timeout(DRAIN_TIME, drain).await;
+    e
+}
+
+/// The body's declared length, when the client sent one.
+fn content_length(headers: &HeaderMap) -> Option<usize> {
+    headers.get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
 }
 
 /// How a body is compressed (`Content-Encoding`).
@@ -99,10 +137,12 @@ impl Encoding {
     }
 }
 
-/// A request body within the size limit, with its encoding, not yet decompressed.
+/// A request body within the size limit, with its encoding, not yet decompressed, and the room
+/// it was admitted for.
 pub struct EncodedBody {
     pub bytes: Bytes,
     pub encoding: Encoding,
+    pub admitted: Option<Admitted>,
 }
 
 impl FromRequest<Arc<AppState>> for EncodedBody {
@@ -110,8 +150,11 @@ impl FromRequest<Arc<AppState>> for EncodedBody {
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
         let encoding = Encoding::from_headers(req.headers())?;
-        let bytes = read_body(req.into_body(), state.max_body_bytes).await?;
-        Ok(EncodedBody { bytes, encoding })
+        let declared = content_length(req.headers());
+        let (bytes, admitted) =
+            read_body(req.into_body(), state.max_body_bytes, declared, &state.memory_budget)
+                .await?;
+        Ok(EncodedBody { bytes, encoding, admitted })
     }
 }
 
@@ -161,7 +204,7 @@ pub async fn admit_and_decode(
     body: EncodedBody,
 ) -> Result<(Bytes, Option<Admitted>), ApiError> {
     let limit = state.max_body_bytes;
-    let admitted = state.memory_budget.admit_body(body.bytes.len(), None).await?;
+    let admitted = body.admitted;
     if body.encoding == Encoding::Identity {
         return Ok((body.bytes, admitted));
     }
@@ -183,18 +226,65 @@ pub async fn blocking<T: Send + 'static, E: Into<ApiError> + Send + 'static>(
     }
 }
 
-/// A raw request body within the size limit (for multipart uploads).
+/// A raw request body within the size limit (for multipart uploads), admitted against the
+/// memory budget until the handler answers.
 pub struct RawBody(pub Bytes);
 
 impl FromRequest<Arc<AppState>> for RawBody {
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
-        read_body(req.into_body(), state.max_body_bytes).await.map(RawBody)
+        let slot = req.extensions().get::<AdmissionSlot>().cloned();
+        let declared = content_length(req.headers());
+        let (bytes, admitted) =
+            read_body(req.into_body(), state.max_body_bytes, declared, &state.memory_budget)
+                .await?;
+        if let (Some(slot), Some(admitted)) = (slot, admitted) {
+            slot.keep(admitted);
+        }
+        Ok(RawBody(bytes))
     }
 }
 
 pub fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
     serde_json::from_slice(bytes)
         .map_err(|e| ApiError::BadRequest(format!("invalid request body: {e}")))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn chunked(chunks: usize, size: usize) -> Body {
+        let stream = futures::stream::iter(
+            (0..chunks).map(move |_| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; size]))),
+        );
+        Body::from_stream(stream)
+    }
+
+    #[tokio::test]
+    async fn bodies_are_admitted_before_they_are_held() {
+        let budget = MemoryBudget::new(64 * 1024 * 1024);
+        let limit = 32 * 1024 * 1024;
+        // A declared length is admitted up front, for decoding too.
+        let (bytes, held) =
+            read_body(chunked(8, 128 * 1024), limit, Some(1024 * 1024), &budget).await.unwrap();
+        assert_eq!(bytes.len(), 1024 * 1024);
+        assert_eq!(held.unwrap().bytes(), 1024 * 1024 * DECODE_FACTOR);
+        // A body of unknown length is admitted as it grows: small ones not at all.
+        let (_, held) = read_body(chunked(2, 64 * 1024), limit, None, &budget).await.unwrap();
+        assert!(held.is_none());
+        let (bytes, held) = read_body(chunked(24, 128 * 1024), limit, None, &budget).await.unwrap();
+        assert_eq!(bytes.len(), 3 * 1024 * 1024);
+        assert!(held.unwrap().bytes() >= bytes.len() * DECODE_FACTOR);
+        // With the budget taken, a large body is refused with 503, a small one still read.
+        let _all = budget.admit(64 * 1024 * 1024, None).await.unwrap();
+        tokio::time::pause();
+        let refused = read_body(chunked(8, 128 * 1024), limit, Some(1024 * 1024), &budget).await;
+        assert!(matches!(refused, Err(ApiError::Overloaded(_))));
+        let refused = read_body(chunked(8, 128 * 1024), limit, None, &budget).await;
+        assert!(matches!(refused, Err(ApiError::Overloaded(_))));
+        let (small, _) = read_body(chunked(1, 1024), limit, Some(1024), &budget).await.unwrap();
+        assert_eq!(small.len(), 1024);
+    }
 }

@@ -28,6 +28,10 @@ const KNOWN_OPS_LIMIT: usize = 100_000;
 pub struct OtlpIngest {
     state: Arc<AppState>,
     known_ops: Mutex<HashSet<(ProjectId, String)>>,
+    /// Requests decoded and converted at once: one per core. Conversion is CPU-bound, so more at
+    /// once only adds memory (a decoded request is several times its body) — under overload the
+    /// others wait holding just their bodies.
+    converting: tokio::sync::Semaphore,
 }
 
 /// An OTLP/HTTP body format, from `Content-Type`.
@@ -87,7 +91,12 @@ impl OtlpIngest {
     }
 
     pub fn new(state: Arc<AppState>) -> Arc<OtlpIngest> {
-        Arc::new(OtlpIngest { state, known_ops: Mutex::default() })
+        let cores = std::thread::available_parallelism().map_or(2, |n| n.get());
+        Arc::new(OtlpIngest {
+            state,
+            known_ops: Mutex::default(),
+            converting: tokio::sync::Semaphore::new(cores),
+        })
     }
 
     /// The OTLP/gRPC `TraceService`: gzip accepted, messages up to `max_message_bytes`
@@ -110,12 +119,14 @@ impl OtlpIngest {
             who.check(p)?;
         }
         let user = who.user_id().to_owned();
+        let slot = self.converting.acquire().await.expect("the semaphore is never closed");
         let converted = tokio::task::spawn_blocking(move || {
             let req = decode()?;
             Ok::<_, ApiError>(otlp::convert(&req, header_project.as_ref(), Some(&user))?)
         })
         .await
         .map_err(|e| ApiError::Internal(format!("OTLP conversion failed: {e}")))??;
+        drop(slot);
         let projects: BTreeSet<&ProjectId> = converted.ops.iter().map(|(p, _)| p).collect();
         for p in projects {
             who.check(p)?;

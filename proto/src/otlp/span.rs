@@ -31,8 +31,17 @@ struct Attributes {
     /// looked up by ~60 convention keys, most of them absent: a binary search each instead of a
     /// scan of every attribute.
     by_key: Vec<usize>,
+    /// Indices into `flat` of one key per first dotted segment (`gen_ai` of `gen_ai.prompt.0`),
+    /// ordered by that segment: a span carries a few namespaces, so most convention keys are
+    /// ruled out by their first segment alone, without a search of the keys.
+    namespaces: Vec<usize>,
     /// Keys whose meaning was extracted: left out of the call's `attributes`.
     used: Vec<String>,
+}
+
+/// The first dotted segment of `key`.
+fn namespace(key: &str) -> &str {
+    key.split_once('.').map_or(key, |(head, _)| head)
 }
 
 /// Whether the dotted `key` is `prefix` itself or lies under it (`a.b` is under `a`, `ab` is not).
@@ -55,7 +64,10 @@ impl Attributes {
     fn new(flat: Vec<(String, Value)>) -> Attributes {
         let mut by_key: Vec<usize> = (0..flat.len()).collect();
         by_key.sort_by(|a, b| flat[*a].0.cmp(&flat[*b].0));
-        Attributes { flat, by_key, used: Vec::new() }
+        let mut namespaces: Vec<usize> = (0..flat.len()).collect();
+        namespaces.sort_by(|a, b| namespace(&flat[*a].0).cmp(namespace(&flat[*b].0)));
+        namespaces.dedup_by(|a, b| namespace(&flat[*a].0) == namespace(&flat[*b].0));
+        Attributes { flat, by_key, namespaces, used: Vec::new() }
     }
 
     /// Where keys not less than `key` start in `by_key`.
@@ -66,25 +78,30 @@ impl Attributes {
     /// The value of `key`: the attribute itself, or the attributes under `key.` nested into one
     /// object (indexed maps read as lists). Untruthy values count as absent.
     fn get(&self, key: &str) -> Option<Value> {
-        if let Some((k, v)) = self.by_key.get(self.first_at_least(key)).map(|i| &self.flat[*i])
-            && k == key
-            && truthy(v)
-        {
-            return Some(v.clone());
+        let wanted = namespace(key);
+        if self.namespaces.binary_search_by(|i| namespace(&self.flat[*i].0).cmp(wanted)).is_err() {
+            return None;
         }
-        let prefix = format!("{key}.");
-        let start = self.first_at_least(&prefix);
-        // Keys under `key.` sort together; nested in their original order.
-        let mut under: Vec<usize> = self.by_key[start..]
-            .iter()
-            .take_while(|i| self.flat[**i].0.starts_with(prefix.as_str()))
-            .copied()
-            .collect();
+        // Keys starting with `key` sort together from here: `key` itself first, then among
+        // others (`key-x` sorts before `key.x`) those under `key.`.
+        let start = self.first_at_least(key);
+        let mut under = Vec::new();
+        for &i in self.by_key[start..].iter().take_while(|i| self.flat[**i].0.starts_with(key)) {
+            let (k, v) = &self.flat[i];
+            if k.len() == key.len() {
+                if truthy(v) {
+                    return Some(v.clone());
+                }
+            } else if k.as_bytes()[key.len()] == b'.' {
+                under.push(i);
+            }
+        }
         if under.is_empty() {
             return None;
         }
+        // Nested in their original order.
         under.sort_unstable();
-        let under = under.iter().map(|i| (&self.flat[*i].0[prefix.len()..], &self.flat[*i].1));
+        let under = under.iter().map(|i| (&self.flat[*i].0[key.len() + 1..], &self.flat[*i].1));
         Some(index_maps_to_lists(Value::Object(nest(under)))).filter(truthy)
     }
 

@@ -450,3 +450,25 @@ fn values_nested_past_the_json_depth_reject_their_span() {
     // The accepted span's value reads back as JSON.
     assert!(serde_json::from_str::<Value>(&call["attributes"].to_string()).is_ok());
 }
+
+#[test]
+fn a_convention_key_reads_only_its_own_and_dotted_children() {
+    // `input-x` and `inputs` sort between `input` and `input.y` but are not under `input`; an
+    // untruthy `input` itself yields to its children; `output` alone is a namespace of its own.
+    let (_, call) = convert_both(&request(
+        attrs(&[
+            ("input", json!("")),
+            ("input-x", json!(1)),
+            ("input.y", json!(2)),
+            ("input.z.0", json!("a")),
+            ("inputz", json!(3)),
+            ("output", json!("done")),
+        ]),
+        json!({}),
+    ));
+    assert_eq!(call["inputs"], json!({"y": 2, "z": ["a"]}));
+    assert_eq!(call["output"], json!("done"));
+    assert_eq!(call["attributes"]["input-x"], json!(1));
+    assert_eq!(call["attributes"]["inputz"], json!(3));
+    assert!(call["attributes"].get("output").is_none());
+}
