@@ -2,6 +2,7 @@
 //! query-language catalogs, refs and digests. Pure code with no I/O, shared by every role and backend.
 
 pub mod calls;
+pub mod agents;
 pub mod canonical;
 pub mod costs;
 pub mod digest;
