@@ -4,6 +4,7 @@
 //! spans with the request's `query` through the query language's evaluator, and builds the view
 //! in `heddle_proto::agents`.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 
 use axum::Router;
@@ -93,16 +94,32 @@ async fn load(
                  started_after/started_before (or start/end) or a more selective filter"
             )));
         }
-        let Some(mut span) = AgentSpan::from_call(&call?) else { continue };
-        if expr.is_some_and(|e| eval(e, &span) != Some(true)) {
-            continue;
+        if let Some(span) = AgentSpan::from_call(&call?) {
+            spans.push(span);
         }
+    }
+    inherit_conversations(&mut spans);
+    spans.retain_mut(|span| {
         if !scan.details {
             span.strip_details();
         }
-        spans.push(span);
-    }
+        expr.is_none_or(|e| eval(e, &*span) == Some(true))
+    });
     Ok(spans)
+}
+
+/// A conversation id is usually set on the agent span only: the other spans of its trace (the
+/// turn) belong to the same conversation.
+fn inherit_conversations(spans: &mut [AgentSpan]) {
+    let mut by_trace: HashMap<String, String> = HashMap::new();
+    for s in spans.iter() {
+        if let Some(c) = &s.conversation_id {
+            by_trace.entry(s.trace_id.clone()).or_insert_with(|| c.clone());
+        }
+    }
+    for s in spans.iter_mut().filter(|s| s.conversation_id.is_none()) {
+        s.conversation_id = by_trace.get(&s.trace_id).cloned();
+    }
 }
 
 async fn agents_query(
@@ -269,11 +286,22 @@ async fn search(
     if let Some(bad) = req.roles.iter().flatten().find(|r| !ROLES.contains(&r.as_str())) {
         return Err(ApiError::bad_request(format!("unknown role {bad:?}")));
     }
+    let mut trace_ids = req.trace_id.clone().map(|t| vec![t]);
+    if let Some(c) = &req.conversation_id {
+        // The conversation's turns, then all their spans.
+        let turns = conversation_traces(&state, &req.project_id, vec![c.clone()], None, None).await?;
+        trace_ids = Some(match trace_ids {
+            Some(t) => t.into_iter().filter(|t| turns.contains(t)).collect(),
+            None => turns,
+        });
+    }
+    if trace_ids.as_ref().is_some_and(Vec::is_empty) {
+        return Ok(axum::Json(json!({"results": [], "total_conversations": 0})));
+    }
     let scan = Scan {
         after: req.started_after,
         before: req.started_before,
-        trace_ids: req.trace_id.clone().map(|t| vec![t]),
-        conversation_ids: req.conversation_id.clone().map(|c| vec![c]),
+        trace_ids,
         details: true,
         ..Scan::default()
     };

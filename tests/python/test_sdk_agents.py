@@ -81,7 +81,8 @@ def seed(server: HeddleServer, project: str) -> Seed:
     base_ns = int(s.start.timestamp()) * 1_000_000_000
     for n, (conv, version, city, question, answer, tool_error) in enumerate(TURNS):
         t0 = base_ns + n * 60_000 * MS
-        agent_attrs = {"gen_ai.agent.name": AGENT, "gen_ai.provider.name": "openai"}
+        agent_attrs = {"gen_ai.agent.name": AGENT, "gen_ai.agent.version": version,
+                       "gen_ai.provider.name": "openai"}
         invoke = tracer.start_span(
             f"invoke_agent {AGENT}",
             start_time=t0,

@@ -132,7 +132,12 @@ pub fn agents(
     let mut accs: BTreeMap<(String, String), AgentAcc> = BTreeMap::new();
     for s in spans {
         let Some(name) = &s.agent_name else { continue };
-        let version = if by_version { s.agent_version.clone().unwrap_or_default() } else { String::new() };
+        // Per version: the spans that name one.
+        let version = match (by_version, &s.agent_version) {
+            (false, _) => String::new(),
+            (true, Some(v)) => v.clone(),
+            (true, None) => continue,
+        };
         accs.entry((name.clone(), version)).or_default().add(s);
     }
     let mut rows: Vec<Value> = accs
