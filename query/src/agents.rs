@@ -13,12 +13,12 @@ use axum::routing::post;
 use futures::StreamExt;
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::ProjectId;
+use heddle_proto::agents::AgentSpan;
 use heddle_proto::agents::catalog::SpanField;
 use heddle_proto::agents::chat::trace_chat;
 use heddle_proto::agents::requests::*;
 use heddle_proto::agents::stats::StatsPlan;
 use heddle_proto::agents::views::{self, Measure, SearchOpts, page};
-use heddle_proto::agents::AgentSpan;
 use heddle_proto::calls::CallsQueryReq;
 use heddle_proto::time::Micros;
 use heddle_ql::TExpr;
@@ -61,7 +61,8 @@ async fn load(
     scan: Scan,
     expr: Option<&TExpr<SpanField>>,
 ) -> Result<Vec<AgentSpan>, ApiError> {
-    let text_nonempty = |path: &str| json!({"$not": [{"$eq": [{"$getField": path}, {"$literal": ""}]}]});
+    let text_nonempty =
+        |path: &str| json!({"$not": [{"$eq": [{"$getField": path}, {"$literal": ""}]}]});
     let mut conds = vec![json!({"$or": [text_nonempty("attributes.operation_name"),
                                         text_nonempty("attributes.agent_name")]})];
     // Literals are bound parameters of the calls query, never SQL text.
@@ -190,7 +191,12 @@ async fn spans_query(
         sort.push(("span_id".into(), heddle_ql::Direction::Asc));
         let sort: Vec<(SpanField, heddle_ql::Direction)> = sort
             .into_iter()
-            .map(|(f, d)| Ok((heddle_ql::Catalog::resolve(&heddle_proto::agents::catalog::SpanCatalog, &f)?.0, d)))
+            .map(|(f, d)| {
+                Ok((
+                    heddle_ql::Catalog::resolve(&heddle_proto::agents::catalog::SpanCatalog, &f)?.0,
+                    d,
+                ))
+            })
             .collect::<Result<_, heddle_proto::ProtoError>>()?;
         let details = req.include_details == Some(true);
         let mut spans = load(&state, &req.project_id, scan(details), expr.as_ref()).await?;
@@ -282,14 +288,16 @@ async fn search(
     ] {
         check_name(what, v)?;
     }
-    const ROLES: [&str; 7] = ["", "user", "assistant", "system", "tool", "tool_call", "tool_result"];
+    const ROLES: [&str; 7] =
+        ["", "user", "assistant", "system", "tool", "tool_call", "tool_result"];
     if let Some(bad) = req.roles.iter().flatten().find(|r| !ROLES.contains(&r.as_str())) {
         return Err(ApiError::bad_request(format!("unknown role {bad:?}")));
     }
     let mut trace_ids = req.trace_id.clone().map(|t| vec![t]);
     if let Some(c) = &req.conversation_id {
         // The conversation's turns, then all their spans.
-        let turns = conversation_traces(&state, &req.project_id, vec![c.clone()], None, None).await?;
+        let turns =
+            conversation_traces(&state, &req.project_id, vec![c.clone()], None, None).await?;
         trace_ids = Some(match trace_ids {
             Some(t) => t.into_iter().filter(|t| turns.contains(t)).collect(),
             None => turns,
@@ -325,9 +333,7 @@ async fn search(
 
 fn check_id(what: &str, id: &str) -> Result<(), ApiError> {
     if id.is_empty() || id.len() > MAX_NAME_BYTES {
-        return Err(ApiError::bad_request(format!(
-            "{what} must be 1 to {MAX_NAME_BYTES} bytes"
-        )));
+        return Err(ApiError::bad_request(format!("{what} must be 1 to {MAX_NAME_BYTES} bytes")));
     }
     Ok(())
 }
@@ -339,7 +345,8 @@ async fn trace_chat_route(
 ) -> Result<axum::Json<Value>, ApiError> {
     who.check(&req.project_id)?;
     check_id("trace_id", &req.trace_id)?;
-    let scan = Scan { trace_ids: Some(vec![req.trace_id.clone()]), details: true, ..Scan::default() };
+    let scan =
+        Scan { trace_ids: Some(vec![req.trace_id.clone()]), details: true, ..Scan::default() };
     let spans = load(&state, &req.project_id, scan, None).await?;
     Ok(axum::Json(trace_chat(&req.trace_id, &spans)))
 }

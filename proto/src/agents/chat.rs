@@ -49,18 +49,23 @@ impl<'a> Walk<'a> {
         if text.is_empty() || self.last_text.as_deref() == Some(text.as_str()) {
             return;
         }
-        self.out.push(message("assistant_message", s, agent, json!({
-            "text": text,
-            "model": s.response_model.clone().or_else(|| s.request_model.clone()),
-            "reasoning_content": s.reasoning_content,
-            "reasoning_tokens": s.reasoning_tokens,
-            "input_tokens": s.input_tokens,
-            "output_tokens": s.output_tokens,
-            "duration_ms": s.duration_ms(),
-            "status": s.status_code,
-            "content_refs": [],
-            "input_cost_usd": null, "output_cost_usd": null, "total_cost_usd": null,
-        })));
+        self.out.push(message(
+            "assistant_message",
+            s,
+            agent,
+            json!({
+                "text": text,
+                "model": s.response_model.clone().or_else(|| s.request_model.clone()),
+                "reasoning_content": s.reasoning_content,
+                "reasoning_tokens": s.reasoning_tokens,
+                "input_tokens": s.input_tokens,
+                "output_tokens": s.output_tokens,
+                "duration_ms": s.duration_ms(),
+                "status": s.status_code,
+                "content_refs": [],
+                "input_cost_usd": null, "output_cost_usd": null, "total_cost_usd": null,
+            }),
+        ));
         self.last_text = Some(text);
     }
 
@@ -73,13 +78,18 @@ impl<'a> Walk<'a> {
         let kids = self.children.get(s.span_id.as_str()).cloned().unwrap_or_default();
         match s.operation_name.as_deref() {
             Some(INVOKE_AGENT) => {
-                self.out.push(message("agent_start", s, agent, json!({
-                    "model": s.request_model,
-                    "status": s.status_code,
-                    "system_instructions": (!s.system_instructions.is_empty())
-                        .then(|| s.system_instructions.join("\n")),
-                    "tool_definitions": s.tool_definitions,
-                })));
+                self.out.push(message(
+                    "agent_start",
+                    s,
+                    agent,
+                    json!({
+                        "model": s.request_model,
+                        "status": s.status_code,
+                        "system_instructions": (!s.system_instructions.is_empty())
+                            .then(|| s.system_instructions.join("\n")),
+                        "tool_definitions": s.tool_definitions,
+                    }),
+                ));
                 for k in kids {
                     self.walk(k, agent, depth + 1);
                 }
@@ -89,14 +99,19 @@ impl<'a> Walk<'a> {
                 let name = s.tool_name.clone().or_else(|| {
                     s.span_name.as_deref().map(|n| n.trim_start_matches("execute_tool ").to_owned())
                 });
-                self.out.push(message("tool_call", s, agent, json!({
-                    "tool_name": name,
-                    "tool_arguments": s.tool_call_arguments,
-                    "tool_result": s.tool_call_result,
-                    "duration_ms": s.duration_ms(),
-                    "status": s.status_code,
-                    "content_refs": [],
-                })));
+                self.out.push(message(
+                    "tool_call",
+                    s,
+                    agent,
+                    json!({
+                        "tool_name": name,
+                        "tool_arguments": s.tool_call_arguments,
+                        "tool_result": s.tool_call_result,
+                        "duration_ms": s.duration_ms(),
+                        "status": s.status_code,
+                        "content_refs": [],
+                    }),
+                ));
                 for k in kids {
                     self.walk(k, agent, depth + 1);
                 }
@@ -130,7 +145,10 @@ fn leaf_reporting(spans: &[AgentSpan], children: &HashMap<&str, Vec<usize>>) -> 
 pub fn trace_chat(trace_id: &str, spans: &[AgentSpan]) -> Value {
     let mut order: Vec<usize> = (0..spans.len()).collect();
     order.sort_by(|&a, &b| {
-        spans[a].started_at.cmp(&spans[b].started_at).then_with(|| spans[a].span_id.cmp(&spans[b].span_id))
+        spans[a]
+            .started_at
+            .cmp(&spans[b].started_at)
+            .then_with(|| spans[a].span_id.cmp(&spans[b].span_id))
     });
     let ids: std::collections::HashSet<&str> = spans.iter().map(|s| s.span_id.as_str()).collect();
     let mut children: HashMap<&str, Vec<usize>> = HashMap::new();
@@ -149,12 +167,17 @@ pub fn trace_chat(trace_id: &str, spans: &[AgentSpan]) -> Value {
             if invocations_only && !s.is_invocation() {
                 return None;
             }
-            let m = s.input_messages.iter().rev().find(|m| m.role == "user" && !m.content.is_empty())?;
+            let m = s
+                .input_messages
+                .iter()
+                .rev()
+                .find(|m| m.role == "user" && !m.content.is_empty())?;
             Some((s, m.content.clone()))
         })
     });
     if let Some((s, text)) = prompt {
-        let mut m = message("user_message", s, Some("User"), json!({"text": text, "content_refs": []}));
+        let mut m =
+            message("user_message", s, Some("User"), json!({"text": text, "content_refs": []}));
         for k in ["span_id", "agent_version", "status_code", "status_message", "error_type"] {
             m[k] = Value::Null;
         }
@@ -164,7 +187,9 @@ pub fn trace_chat(trace_id: &str, spans: &[AgentSpan]) -> Value {
         w.walk(r, None, 0);
     }
     let leaves = leaf_reporting(spans, &w.children);
-    let sum = |f: fn(&AgentSpan) -> Option<i64>| leaves.iter().map(|&i| f(&spans[i]).unwrap_or(0)).sum::<i64>();
+    let sum = |f: fn(&AgentSpan) -> Option<i64>| {
+        leaves.iter().map(|&i| f(&spans[i]).unwrap_or(0)).sum::<i64>()
+    };
     let root = roots.first().map(|&i| &spans[i]);
     let first_agent = order.iter().map(|&i| &spans[i]).find(|s| s.agent_name.is_some());
     json!({

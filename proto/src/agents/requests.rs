@@ -98,7 +98,9 @@ pub fn paging(
     };
     let offset = match offset {
         None => 0,
-        Some(n) if n < 0 => return Err(ProtoError::invalid(format!("offset must be >= 0, got {n}"))),
+        Some(n) if n < 0 => {
+            return Err(ProtoError::invalid(format!("offset must be >= 0, got {n}")));
+        }
         Some(n) => n as u64,
     };
     Ok((limit, offset))
@@ -106,9 +108,9 @@ pub fn paging(
 
 pub fn check_name(what: &str, v: &Option<String>) -> Result<(), ProtoError> {
     match v {
-        Some(s) if s.len() > MAX_NAME_BYTES => Err(ProtoError::invalid(format!(
-            "{what} is longer than {MAX_NAME_BYTES} bytes"
-        ))),
+        Some(s) if s.len() > MAX_NAME_BYTES => {
+            Err(ProtoError::invalid(format!("{what} is longer than {MAX_NAME_BYTES} bytes")))
+        }
         _ => Ok(()),
     }
 }
@@ -251,7 +253,9 @@ impl SpansQueryReq {
             return Err(ProtoError::invalid("grouped measures and filters require group_by"));
         }
         if grouped && self.include_details == Some(true) {
-            return Err(ProtoError::invalid("include_details is only supported for ungrouped spans"));
+            return Err(ProtoError::invalid(
+                "include_details is only supported for ungrouped spans",
+            ));
         }
         if self.group_distributions.as_ref().is_some_and(|d| !d.is_empty()) {
             return Err(ProtoError::invalid("group_distributions are not supported"));

@@ -301,7 +301,9 @@ fn strings(v: Option<&Value>) -> Vec<String> {
 /// `gen_ai.system_instructions`: a list of parts (the text of each) or a plain string.
 fn system_instructions(v: Option<&Value>) -> Vec<String> {
     match v {
-        Some(Value::Array(parts)) => parts.iter().filter_map(|p| part_text(p).or_else(|| text(Some(p)))).collect(),
+        Some(Value::Array(parts)) => {
+            parts.iter().filter_map(|p| part_text(p).or_else(|| text(Some(p)))).collect()
+        }
         Some(v) => text(Some(v)).into_iter().collect(),
         None => Vec::new(),
     }

@@ -40,7 +40,11 @@ impl StatsPlan {
     pub fn new(req: &SpanStatsReq, now: Micros) -> Result<StatsPlan, ProtoError> {
         check_signal_filters(&req.signal_filters)?;
         check_insight_filters(&req.insight_filters)?;
-        if req.bucket_by.as_ref().is_some_and(|b| b.get("type").and_then(Value::as_str) == Some("number")) {
+        if req
+            .bucket_by
+            .as_ref()
+            .is_some_and(|b| b.get("type").and_then(Value::as_str) == Some("number"))
+        {
             return Err(ProtoError::invalid("numeric bucket_by is not supported"));
         }
         if req.group_filters.as_ref().is_some_and(|g| !g.is_empty()) {
@@ -150,7 +154,11 @@ impl StatsPlan {
 
     /// `p95` for 95, `p99_9` for 99.9.
     fn percentile_name(alias: &str, p: f64) -> String {
-        let p = if p.fract() == 0.0 { format!("{}", p as i64) } else { p.to_string().replace('.', "_") };
+        let p = if p.fract() == 0.0 {
+            format!("{}", p as i64)
+        } else {
+            p.to_string().replace('.', "_")
+        };
         format!("{alias}_p{p}")
     }
 
@@ -171,7 +179,9 @@ impl StatsPlan {
         for m in &self.metrics {
             for a in &m.aggregations {
                 let t = match a.as_str() {
-                    "count" | "count_distinct" | "count_true" | "count_false" | "sum" | "avg" => "number",
+                    "count" | "count_distinct" | "count_true" | "count_false" | "sum" | "avg" => {
+                        "number"
+                    }
                     _ => m.value_type.as_str(),
                 };
                 cols.push(json!({"name": format!("{}_{a}", m.alias), "role": "metric",
@@ -202,7 +212,8 @@ impl StatsPlan {
             let k = key(s);
             sizes.entry(Value::Array(k.clone()).to_string()).or_insert((k, 0)).1 += 1;
         }
-        let mut kept: Vec<(String, usize)> = sizes.iter().map(|(k, (_, n))| (k.clone(), *n)).collect();
+        let mut kept: Vec<(String, usize)> =
+            sizes.iter().map(|(k, (_, n))| (k.clone(), *n)).collect();
         kept.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
         kept.truncate(self.group_limit);
         let kept: std::collections::BTreeSet<String> = kept.into_iter().map(|(k, _)| k).collect();

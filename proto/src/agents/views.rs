@@ -332,7 +332,11 @@ fn preview(text: &str) -> String {
 }
 
 fn user_text(s: &AgentSpan) -> Option<String> {
-    s.input_messages.iter().rev().find(|m| m.role == "user" && !m.content.is_empty()).map(|m| m.content.clone())
+    s.input_messages
+        .iter()
+        .rev()
+        .find(|m| m.role == "user" && !m.content.is_empty())
+        .map(|m| m.content.clone())
 }
 
 /// The assistant text of a span's output: every non-user message with content.
@@ -351,7 +355,8 @@ fn group_row(keys: Map<String, Value>, spans: &[&AgentSpan], measures: &[Measure
     let mut convs = BTreeSet::new();
     let mut sets: [BTreeSet<String>; 5] = Default::default();
     let (mut first, mut last) = (None::<Micros>, None::<Micros>);
-    let sum = |f: fn(&AgentSpan) -> Option<i64>| spans.iter().map(|s| f(s).unwrap_or(0)).sum::<i64>();
+    let sum =
+        |f: fn(&AgentSpan) -> Option<i64>| spans.iter().map(|s| f(s).unwrap_or(0)).sum::<i64>();
     for s in spans {
         if let Some(c) = &s.conversation_id {
             convs.insert(c.clone());
@@ -372,7 +377,10 @@ fn group_row(keys: Map<String, Value>, spans: &[&AgentSpan], measures: &[Measure
     }
     let mut ordered: Vec<&&AgentSpan> = spans.iter().collect();
     ordered.sort_by_key(|s| (s.started_at, s.span_id.clone()));
-    let first_message = ordered.iter().find_map(|s| user_text(s)).map(|t| json!({"role": "user_message", "text": preview(&t)}));
+    let first_message = ordered
+        .iter()
+        .find_map(|s| user_text(s))
+        .map(|t| json!({"role": "user_message", "text": preview(&t)}));
     let last_message = ordered
         .iter()
         .rev()
@@ -425,9 +433,10 @@ pub fn groups(
     for f in filters {
         if !f.group_by.is_empty() {
             let same = f.group_by.len() == group_by.len()
-                && f.group_by.iter().zip(group_by).all(|(r, (field, _))| {
-                    r.resolve().map(|(g, _)| g == *field).unwrap_or(false)
-                });
+                && f.group_by
+                    .iter()
+                    .zip(group_by)
+                    .all(|(r, (field, _))| r.resolve().map(|(g, _)| g == *field).unwrap_or(false));
             if !same {
                 return Err(ProtoError::invalid(
                     "a group filter's group_by must be empty or the request's group_by",
@@ -501,10 +510,13 @@ pub fn custom_attr_schema(spans: &[AgentSpan]) -> Vec<Value> {
         }
     }
     let mut rows: Vec<((&'static str, String), u64)> = counts.into_iter().collect();
-    rows.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.1.cmp(&b.0.1)).then_with(|| a.0.0.cmp(b.0.0)));
+    rows.sort_by(|a, b| {
+        b.1.cmp(&a.1).then_with(|| a.0.1.cmp(&b.0.1)).then_with(|| a.0.0.cmp(b.0.0))
+    });
     rows.into_iter()
         .map(|((source, key), n)| {
-            let value_type = CustomSource::parse(source).map_or("string", CustomSource::value_type_name);
+            let value_type =
+                CustomSource::parse(source).map_or("string", CustomSource::value_type_name);
             json!({"source": source, "key": key, "value_type": value_type, "span_count": n})
         })
         .collect()
@@ -553,7 +565,8 @@ pub struct SearchOpts<'a> {
 /// conversations matched in all.
 pub fn search(spans: &[AgentSpan], o: &SearchOpts) -> (Vec<Value>, u64) {
     let needle = heddle_ql::eval::fold_case(o.query);
-    let mut ordered: Vec<&AgentSpan> = spans.iter().filter(|s| s.conversation_id.is_some()).collect();
+    let mut ordered: Vec<&AgentSpan> =
+        spans.iter().filter(|s| s.conversation_id.is_some()).collect();
     ordered.sort_by(|a, b| b.started_at.cmp(&a.started_at).then_with(|| a.span_id.cmp(&b.span_id)));
     let mut hits: Vec<(&AgentSpan, &'static str, &str)> = Vec::new();
     for s in ordered {
@@ -595,17 +608,23 @@ pub fn search(spans: &[AgentSpan], o: &SearchOpts) -> (Vec<Value>, u64) {
                     }
                     last = last.max(x.ended_at.or(x.started_at));
                 }
-                convs.push((conv.clone(), json!({
-                    "conversation_id": conv, "conversation_name": name, "agent_name": agent,
-                    "last_activity": micros_json(last), "matched_messages": [],
-                })));
+                convs.push((
+                    conv.clone(),
+                    json!({
+                        "conversation_id": conv, "conversation_name": name, "agent_name": agent,
+                        "last_activity": micros_json(last), "matched_messages": [],
+                    }),
+                ));
                 convs.len() - 1
             }
         };
         convs[idx].1["matched_messages"].as_array_mut().expect("built as a list").push(m);
     }
     let mut results: Vec<Value> = convs.into_iter().map(|(_, v)| v).collect();
-    sort_rows(&mut results, &[("last_activity".into(), Direction::Desc), ("conversation_id".into(), Direction::Asc)]);
+    sort_rows(
+        &mut results,
+        &[("last_activity".into(), Direction::Desc), ("conversation_id".into(), Direction::Asc)],
+    );
     (results, total)
 }
 
@@ -623,15 +642,19 @@ pub fn conversation_spans(ids: &[String], spans: &[AgentSpan]) -> Vec<Value> {
                 .collect();
             let mut members: Vec<&AgentSpan> =
                 spans.iter().filter(|s| traces.contains(s.trace_id.as_str())).collect();
-            members.sort_by(|a, b| a.started_at.cmp(&b.started_at).then_with(|| a.span_id.cmp(&b.span_id)));
+            members.sort_by(|a, b| {
+                a.started_at.cmp(&b.started_at).then_with(|| a.span_id.cmp(&b.span_id))
+            });
             let rows: Vec<Value> = members
                 .iter()
-                .map(|s| json!({
-                    "span_id": s.span_id, "trace_id": s.trace_id,
-                    "operation_name": s.operation_name.clone().unwrap_or_default(),
-                    "status": s.status_code.clone().unwrap_or_else(|| "UNSET".into()),
-                    "duration_ms": s.duration_ms(),
-                }))
+                .map(|s| {
+                    json!({
+                        "span_id": s.span_id, "trace_id": s.trace_id,
+                        "operation_name": s.operation_name.clone().unwrap_or_default(),
+                        "status": s.status_code.clone().unwrap_or_else(|| "UNSET".into()),
+                        "duration_ms": s.duration_ms(),
+                    })
+                })
                 .collect();
             json!({"conversation_id": id, "spans": rows, "spans_feedback": []})
         })
