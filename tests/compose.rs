@@ -52,6 +52,9 @@ const QUERY_PATHS: &[&str] = &[
     "/v2/acme/proj/x/call/start",
     "/v2/acme/calls/complete",
     "/otel/v1/metrics",
+    // The agents API's reads (docs/api/agents.md) share the OTLP alias's prefix.
+    "/agents/otel/v1/metrics",
+    "/agents/otel/v1/traces/x",
     // The web UI (routes declared in `ui/src` are added too): the links the SDK prints, also
     // for an entity named like an API prefix.
     "/acme/demo/weave",

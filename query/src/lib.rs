@@ -6,6 +6,7 @@ use std::sync::Arc;
 use axum::Router;
 use heddle_api::AppState;
 
+mod agents;
 mod calls;
 mod costs;
 mod expand;
@@ -32,6 +33,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(refs::routes())
         .merge(costs::routes())
         .merge(threads::routes())
+        .merge(agents::routes())
 }
 
 /// Routes that need no API key.
