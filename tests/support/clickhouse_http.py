@@ -26,7 +26,6 @@ import os
 import re
 import struct
 import sys
-import tempfile
 import threading
 from email.parser import BytesParser
 from email.policy import HTTP
@@ -102,7 +101,10 @@ class Engine:
     def __init__(self, data_dir: str):
         self.session = session.Session(data_dir)
         self.lock = threading.Lock()
-        self.tmp = tempfile.mkdtemp(prefix="ch-infile-")
+        # Inside the data dir, which its owner removes: the adapter is usually stopped by a
+        # signal, so it never gets to clean up after itself.
+        self.tmp = os.path.join(data_dir, "infile")
+        os.makedirs(self.tmp, exist_ok=True)
 
     def run(self, sql: str, fmt: str, settings: dict[str, str], params: dict[str, str], data: bytes | None) -> bytes:
         with self.lock:
