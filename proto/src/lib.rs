@@ -1,7 +1,6 @@
 //! heddle's wire vocabulary: the request/response types of the Weave trace-server API, the
 //! query-language catalogs, refs and digests. Pure code with no I/O, shared by every role and backend.
 
-pub mod agents;
 pub mod calls;
 pub mod canonical;
 pub mod costs;

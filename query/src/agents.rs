@@ -2,7 +2,7 @@
 //! calls. Each route reads its candidate calls with one calls query (project, time window, ids
 //! pushed down into SQL on either backend), reads each call as an [`AgentSpan`], filters the
 //! spans with the request's `query` through the query language's evaluator, and builds the view
-//! in `heddle_proto::agents`.
+//! in `heddle_domain::agents`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -12,13 +12,13 @@ use axum::extract::State;
 use axum::routing::post;
 use futures::StreamExt;
 use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_domain::agents::AgentSpan;
+use heddle_domain::agents::catalog::SpanField;
+use heddle_domain::agents::chat::trace_chat;
+use heddle_domain::agents::requests::*;
+use heddle_domain::agents::stats::StatsPlan;
+use heddle_domain::agents::views::{self, Measure, SearchOpts, page};
 use heddle_proto::ProjectId;
-use heddle_proto::agents::AgentSpan;
-use heddle_proto::agents::catalog::SpanField;
-use heddle_proto::agents::chat::trace_chat;
-use heddle_proto::agents::requests::*;
-use heddle_proto::agents::stats::StatsPlan;
-use heddle_proto::agents::views::{self, Measure, SearchOpts, page};
 use heddle_proto::calls::CallsQueryReq;
 use heddle_proto::time::Micros;
 use heddle_ql::TExpr;
@@ -182,7 +182,7 @@ async fn spans_query(
     };
     if group_by.is_empty() {
         let sortable = |f: &str| {
-            heddle_proto::agents::catalog::field(f).is_some() || f.starts_with("custom_attrs_")
+            heddle_domain::agents::catalog::field(f).is_some() || f.starts_with("custom_attrs_")
         };
         let mut sort = sort_terms(&req.sort_by, sortable)?;
         if sort.is_empty() {
@@ -193,7 +193,8 @@ async fn spans_query(
             .into_iter()
             .map(|(f, d)| {
                 Ok((
-                    heddle_ql::Catalog::resolve(&heddle_proto::agents::catalog::SpanCatalog, &f)?.0,
+                    heddle_ql::Catalog::resolve(&heddle_domain::agents::catalog::SpanCatalog, &f)?
+                        .0,
                     d,
                 ))
             })

@@ -6,9 +6,9 @@ use serde::Deserialize;
 use serde_json::Value;
 
 use super::catalog::{SpanCatalog, SpanField, value_ref};
-use crate::ProtoError;
-use crate::ids::ProjectId;
-use crate::time::Micros;
+use heddle_proto::ProjectId;
+use heddle_proto::ProtoError;
+use heddle_proto::time::Micros;
 use heddle_ql::{Direction, Query, TExpr};
 
 /// Most rows one list request may ask for (agents, versions, spans, groups).

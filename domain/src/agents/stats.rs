@@ -13,8 +13,8 @@ use super::requests::{
 };
 use super::span::AgentSpan;
 use super::views::{aggregate, percentile, val_json};
-use crate::ProtoError;
-use crate::time::Micros;
+use heddle_proto::ProtoError;
+use heddle_proto::time::Micros;
 
 const DAY_MICROS: i64 = 86_400_000_000;
 

@@ -13,8 +13,8 @@ use sha2::{Digest, Sha256};
 use super::catalog::{CustomSource, SpanField};
 use super::requests::{GroupFilterSpec, MeasureSpec, check_alias};
 use super::span::AgentSpan;
-use crate::ProtoError;
-use crate::time::Micros;
+use heddle_proto::ProtoError;
+use heddle_proto::time::Micros;
 
 /// Characters of a message preview (search, first/last message of a group).
 pub const PREVIEW_CHARS: usize = 200;

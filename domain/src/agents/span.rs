@@ -6,8 +6,8 @@
 use serde::Serialize;
 use serde_json::{Map, Value};
 
-use crate::calls::Call;
-use crate::time::Micros;
+use heddle_proto::calls::Call;
+use heddle_proto::time::Micros;
 
 /// `gen_ai.operation.name` of an agent invocation.
 pub const INVOKE_AGENT: &str = "invoke_agent";

@@ -5,7 +5,7 @@ use heddle_ql::eval::{Cell, Row, Val};
 use heddle_ql::{Catalog, ValueType};
 
 use super::span::AgentSpan;
-use crate::ProtoError;
+use heddle_proto::ProtoError;
 
 /// A span field, resolved.
 #[derive(Debug, Clone, PartialEq, Eq)]

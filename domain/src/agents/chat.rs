@@ -10,7 +10,7 @@ use serde_json::{Value, json};
 
 use super::span::{AgentSpan, INVOKE_AGENT};
 use super::views::assistant_text;
-use crate::time::Micros;
+use heddle_proto::time::Micros;
 
 /// Deepest span nesting the walk follows (deeper spans are left out).
 pub const MAX_WALK_DEPTH: usize = 200;
