@@ -17,6 +17,7 @@ mod refs;
 mod service;
 mod tables;
 mod threads;
+mod unsupported;
 
 pub use service::GeoIp;
 
@@ -32,6 +33,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(refs::routes())
         .merge(costs::routes())
         .merge(threads::routes())
+        .merge(unsupported::routes())
 }
 
 /// Routes that need no API key.
