@@ -52,6 +52,15 @@ const QUERY_PATHS: &[&str] = &[
     "/v2/acme/proj/x/call/start",
     "/v2/acme/calls/complete",
     "/otel/v1/metrics",
+    // The model-provider routes answer 501 from the query role (declared from a list in
+    // query/src/unsupported.rs, which the route scan does not read).
+    "/completions/create",
+    "/completions/create_stream",
+    "/image/create",
+    "/evaluations/evaluate_model",
+    "/evaluations/rescore",
+    "/evaluations/status",
+    "/calls/score",
     // The web UI (routes declared in `ui/src` are added too): the links the SDK prints, also
     // for an entity named like an API prefix.
     "/acme/demo/weave",

@@ -65,6 +65,9 @@ pub enum TopicError {
     NoPartitions { topic: String },
 }
 
+/// A topic's settings, as (name, value).
+type Settings = Vec<(&'static str, String)>;
+
 /// How long one admin request may take.
 const ADMIN_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -95,7 +98,7 @@ impl TopicLayout {
     }
 
     /// Each topic with its partitions and settings.
-    fn topics<'a>(&self, cfg: &'a KafkaConfig) -> [(&'a str, i32, Vec<(&'static str, String)>); 2] {
+    fn topics<'a>(&self, cfg: &'a KafkaConfig) -> [(&'a str, i32, Settings); 2] {
         let max = ("max.message.bytes", self.max_message_bytes.to_string());
         [
             (cfg.topic.as_str(), self.partitions, vec![max.clone()]),
