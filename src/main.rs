@@ -82,10 +82,13 @@ enum Command {
         #[command(flatten)]
         ui: UiArgs,
     },
-    /// Create or upgrade the schema of the configured store, then exit.
+    /// Create or upgrade the schema of the configured store, then exit; with `--kafka`, also
+    /// create the Kafka topics (or bring their settings up to date).
     Migrate {
         #[command(flatten)]
         store: StoreArgs,
+        #[command(flatten)]
+        kafka: KafkaArgs,
     },
     /// Manage API keys.
     Keys {
@@ -134,6 +137,20 @@ struct KafkaArgs {
     #[arg(long = "kafka-option", env = "HEDDLE_KAFKA_OPTIONS", value_delimiter = ',',
           value_parser = heddle_pipeline::KafkaConfig::parse_option)]
     kafka_options: Vec<(String, String)>,
+    /// Partitions of the calls topic when heddle creates it (`migrate --kafka`, or at the start
+    /// of a Kafka role); an existing topic keeps its count.
+    #[arg(long, env = "HEDDLE_KAFKA_PARTITIONS", default_value_t = 6)]
+    kafka_partitions: i32,
+    /// Replication factor of the topics heddle creates; without it, the broker's
+    /// `default.replication.factor`.
+    #[arg(long, env = "HEDDLE_KAFKA_REPLICATION_FACTOR")]
+    kafka_replication_factor: Option<i32>,
+    /// `max.message.bytes` of the topics: at least twice --kafka-max-record-bytes.
+    #[arg(long, env = "HEDDLE_KAFKA_TOPIC_MAX_MESSAGE_BYTES", default_value_t = 4 * 1024 * 1024)]
+    kafka_topic_max_message_bytes: u64,
+    /// `retention.ms` of the dead-letter topic (default 30 days).
+    #[arg(long, env = "HEDDLE_KAFKA_DLQ_RETENTION_MS", default_value_t = 30 * 24 * 3600 * 1000)]
+    kafka_dlq_retention_ms: u64,
 }
 
 #[cfg(feature = "kafka")]
@@ -148,6 +165,15 @@ impl KafkaArgs {
             max_record_bytes: self.kafka_max_record_bytes,
             options: self.kafka_options.clone(),
         })
+    }
+
+    fn topic_layout(&self) -> heddle_pipeline::topics::TopicLayout {
+        heddle_pipeline::topics::TopicLayout {
+            partitions: self.kafka_partitions,
+            replication: self.kafka_replication_factor,
+            max_message_bytes: self.kafka_topic_max_message_bytes,
+            dlq_retention_ms: self.kafka_dlq_retention_ms,
+        }
     }
 }
 
@@ -394,9 +420,12 @@ async fn main() -> anyhow::Result<()> {
             let roles = server::Roles { ui: Some(ui.config(&store_args)?), ..server::Roles::QUERY };
             serve(http, None, store, None, roles).await
         }
-        Command::Migrate { store } => {
+        Command::Migrate { store, kafka } => {
             open_store(&store).await?;
             eprintln!("schema is up to date");
+            if kafka.brokers.is_some() {
+                roles::migrate_topics(&kafka).await?;
+            }
             Ok(())
         }
         Command::Keys { command } => keys::run(command).await,

@@ -9,7 +9,7 @@ use heddle_store::Store;
 use crate::{ConsumerArgs, HttpArgs, KafkaArgs, MetricsArgs, OtlpArgs};
 
 #[cfg(feature = "kafka")]
-pub use with_kafka::{consume, ingest, serve_through_kafka};
+pub use with_kafka::{consume, ingest, migrate_topics, serve_through_kafka};
 
 #[cfg(feature = "kafka")]
 mod with_kafka {
@@ -18,6 +18,7 @@ mod with_kafka {
     use heddle_pipeline::consumer::Pipeline;
     use heddle_pipeline::metrics::Metrics;
     use heddle_pipeline::producer::KafkaSink;
+    use heddle_pipeline::topics::{TopicOutcome, ensure_topics};
 
     use super::*;
     use crate::{serve, server};
@@ -31,6 +32,7 @@ mod with_kafka {
         consumer: ConsumerArgs,
         ui: Option<heddle_ui::UiConfig>,
     ) -> anyhow::Result<()> {
+        create_missing_topics(&kafka)?;
         let metrics = Arc::new(Metrics::new());
         let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
         let sink = kafka_sink(&kafka, store.clone(), metrics.clone())?;
@@ -49,6 +51,7 @@ mod with_kafka {
         store: Arc<dyn Store>,
         kafka: KafkaArgs,
     ) -> anyhow::Result<()> {
+        create_missing_topics(&kafka)?;
         let metrics = Arc::new(Metrics::new());
         let sink = kafka_sink(&kafka, store.clone(), metrics.clone())?;
         let roles = server::Roles { metrics: Some(metrics), ..server::Roles::INGEST };
@@ -62,6 +65,7 @@ mod with_kafka {
         consumer: ConsumerArgs,
         http: MetricsArgs,
     ) -> anyhow::Result<()> {
+        create_missing_topics(&kafka)?;
         let metrics = Arc::new(Metrics::new());
         let pipeline = consumer_pipeline(&kafka, &consumer, store.clone(), metrics.clone())?;
         let (app, _) = server::app(
@@ -80,6 +84,53 @@ mod with_kafka {
             consumed = pipeline.run(server::shutdown_signal()) => Ok(consumed?),
             () = server::run(listener, app, server::HttpLimits::defaults()) => Ok(()),
         }
+    }
+
+    /// `migrate --kafka`: creates the missing topics and sets the settings of existing ones.
+    pub async fn migrate_topics(kafka: &KafkaArgs) -> anyhow::Result<()> {
+        let cfg = kafka.config()?;
+        let done = ensure_topics(&cfg, &kafka.topic_layout(), true)
+            .await
+            .context("creating the Kafka topics")?;
+        for (topic, outcome) in done {
+            match outcome {
+                TopicOutcome::Created { partitions } => {
+                    eprintln!("created topic {topic} ({partitions} partitions)")
+                }
+                TopicOutcome::Exists { partitions, settings_updated: true } => {
+                    eprintln!("topic {topic} exists ({partitions} partitions), settings updated")
+                }
+                TopicOutcome::Exists { partitions, settings_updated: false } => eprintln!(
+                    "topic {topic} exists ({partitions} partitions); the broker cannot alter \
+                     topic settings, they were left as they are"
+                ),
+            }
+        }
+        Ok(())
+    }
+
+    /// At the start of a Kafka role: creates the topics a fresh broker lacks, in the background
+    /// so a broker still starting delays nothing. A failure (no permission to create, say) is
+    /// logged; writes then answer 503 until the topics exist.
+    fn create_missing_topics(kafka: &KafkaArgs) -> anyhow::Result<()> {
+        let (cfg, layout) = (kafka.config()?, kafka.topic_layout());
+        tokio::spawn(async move {
+            match ensure_topics(&cfg, &layout, false).await {
+                Ok(done) => {
+                    for (topic, outcome) in done {
+                        if let TopicOutcome::Created { partitions } = outcome {
+                            tracing::info!(%topic, partitions, "created Kafka topic");
+                        }
+                    }
+                }
+                Err(e) => tracing::warn!(
+                    error = %e,
+                    "could not check or create the Kafka topics; create them with \
+                     `heddle migrate --kafka`"
+                ),
+            }
+        });
+        Ok(())
     }
 
     /// The Kafka producer; large call parts go to `store` as blobs (docs/distributed.md).
@@ -121,6 +172,11 @@ pub async fn serve_through_kafka(
     _: Option<heddle_ui::UiConfig>,
 ) -> anyhow::Result<()> {
     Err(crate::not_built("kafka", "--kafka"))
+}
+
+#[cfg(not(feature = "kafka"))]
+pub async fn migrate_topics(_: &KafkaArgs) -> anyhow::Result<()> {
+    Err(crate::not_built("kafka", "migrate --kafka"))
 }
 
 #[cfg(not(feature = "kafka"))]

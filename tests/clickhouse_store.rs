@@ -188,6 +188,7 @@ fn part(id: &str, start: bool, end: bool) -> CallPart {
             output: Some("2".into()),
             exception: None,
             wb_run_step_end: None,
+            display_name: None,
         }),
     }
 }

@@ -54,6 +54,7 @@ fn part(r: &RowSpec) -> CallPart {
             output: Some("1".into()),
             exception: None,
             wb_run_step_end: None,
+            display_name: None,
         }),
     }
 }

@@ -52,6 +52,7 @@ fn end_only(p: &str, id: &str, ended_s: i64) -> CallPart {
             output: None,
             exception: None,
             wb_run_step_end: None,
+            display_name: None,
         }),
     }
 }

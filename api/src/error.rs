@@ -35,6 +35,9 @@ pub enum ApiError {
     Unsupported(String),
     #[error("{0}")]
     Overloaded(String),
+    /// An endpoint heddle serves no implementation of (501), e.g. the model-provider routes.
+    #[error("{0}")]
+    NotImplemented(String),
     #[error("{0}")]
     Internal(String),
 }
@@ -55,6 +58,7 @@ impl ApiError {
             ApiError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
             ApiError::Unsupported(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::Overloaded(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::NotImplemented(_) => StatusCode::NOT_IMPLEMENTED,
             ApiError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -75,6 +79,7 @@ impl ApiError {
             ApiError::Conflict(_) => Code::AlreadyExists,
             ApiError::TooLarge(_) => Code::OutOfRange,
             ApiError::Overloaded(_) => Code::Unavailable,
+            ApiError::NotImplemented(_) => Code::Unimplemented,
             ApiError::Internal(_) => Code::Internal,
         };
         if let ApiError::Internal(detail) = self {

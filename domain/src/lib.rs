@@ -6,9 +6,13 @@
 //! - [`expansion`]: `expand_columns` of calls queries — the plan that splits a query into SQL and
 //!   work on expanded rows, and the call values those rows are evaluated on;
 //! - [`prices`]: the prices of a project's calls and the costs they give a call's token usage;
-//! - [`thread_stats`]: the statistics of a thread's turns.
+//! - [`thread_stats`]: the statistics of a thread's turns;
+//! - [`usage`]: token usage and costs rolled up over call trees, without double counting;
+//! - [`series`]: time buckets and the aggregations of `/calls/stats` and `/feedback/stats`.
 
 pub mod agents;
 pub mod expansion;
 pub mod prices;
+pub mod series;
 pub mod thread_stats;
+pub mod usage;

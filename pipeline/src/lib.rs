@@ -18,6 +18,8 @@ mod plan;
 #[cfg(feature = "kafka")]
 pub mod producer;
 pub mod sink;
+#[cfg(feature = "kafka")]
+pub mod topics;
 
 pub use config::KafkaConfig;
 pub use error::SinkError;

@@ -119,7 +119,10 @@ impl KafkaSink {
             // A stale count is still a valid routing; only an unknown one is fatal.
             _ if known > 0 => Ok(known),
             Ok(_) => Err(SinkError::unavailable(
-                format!("topic {} has no partitions", self.cfg.topic),
+                format!(
+                    "topic {} has no partitions (create the topics with `heddle migrate --kafka`)",
+                    self.cfg.topic
+                ),
                 None,
             )),
             Err(e) => Err(SinkError::unavailable(

@@ -44,6 +44,8 @@ pub struct EndedCall {
     pub exception: Option<String>,
     pub trace_id: Option<String>,
     pub wb_run_step_end: Option<i64>,
+    /// The TypeScript SDK may name the call when it ends (docs/api/calls.md#end-a-call).
+    pub display_name: Option<String>,
 }
 
 /// One item of `/v2/{entity}/{project}/calls/complete`: start and end flattened.
@@ -240,6 +242,9 @@ pub struct EndPart {
     pub output: Option<String>,
     pub exception: Option<String>,
     pub wb_run_step_end: Option<i64>,
+    /// A display name given at the end: it outranks the start's, a `/call/update` rename
+    /// outranks it (docs/api/calls.md#end-a-call). Never empty (an empty name is no name).
+    pub display_name: Option<String>,
 }
 
 /// What every write path (HTTP call endpoints, OTLP, Kafka) hands to storage: one call's
@@ -337,6 +342,7 @@ fn end_part(
     output: Option<Value>,
     exception: Option<String>,
     wb_run_step_end: Option<i64>,
+    display_name: Option<String>,
 ) -> EndPart {
     EndPart {
         ended_at,
@@ -344,6 +350,7 @@ fn end_part(
         output: output.filter(|v| !v.is_null()).map(|v| to_json(&v)),
         exception,
         wb_run_step_end,
+        display_name: display_name.filter(|d| !d.is_empty()),
     }
 }
 
@@ -362,6 +369,7 @@ impl EndedCall {
                 self.output,
                 self.exception,
                 self.wb_run_step_end,
+                self.display_name,
             )),
         })
     }
@@ -369,6 +377,7 @@ impl EndedCall {
 
 impl CompleteCall {
     pub fn into_part(self, wb_user_id: Option<&str>) -> Result<CallPart, ProtoError> {
+        // One item carries one display name, the start's: it is stored as the start's.
         let mut part = self.start.into_part(wb_user_id)?;
         part.end = Some(end_part(
             self.ended_at,
@@ -376,6 +385,7 @@ impl CompleteCall {
             self.output,
             self.exception,
             self.wb_run_step_end,
+            None,
         ));
         Ok(part)
     }

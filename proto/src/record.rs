@@ -161,6 +161,9 @@ pub struct EndRecord {
     pub exception: Option<String>,
     #[prost(int64, optional, tag = "5")]
     pub wb_run_step_end: Option<i64>,
+    /// Added after the first release: records written before it decode with `None`.
+    #[prost(string, optional, tag = "6")]
+    pub display_name: Option<String>,
 }
 
 impl From<&CallPart> for CallPartRecord {
@@ -195,6 +198,7 @@ impl From<CallPart> for CallPartRecord {
                 output: e.output,
                 exception: e.exception,
                 wb_run_step_end: e.wb_run_step_end,
+                display_name: e.display_name,
             }),
             offloaded: None,
         }
@@ -230,6 +234,7 @@ impl TryFrom<CallPartRecord> for CallPart {
                 output: e.output,
                 exception: e.exception,
                 wb_run_step_end: e.wb_run_step_end,
+                display_name: e.display_name.filter(|d| !d.is_empty()),
             }),
         };
         part.check()?;
@@ -433,6 +438,7 @@ mod tests {
                 output: Some("1.50".into()),
                 exception: None,
                 wb_run_step_end: None,
+                display_name: Some("named at the end".into()),
             }),
         }
     }

@@ -11,13 +11,17 @@ mod calls;
 mod costs;
 mod expand;
 mod feedback;
+mod feedback_stats;
 mod files;
 mod graphql;
 mod objects;
+mod projects;
 mod refs;
 mod service;
 mod tables;
 mod threads;
+mod unsupported;
+mod usage;
 
 pub use service::GeoIp;
 
@@ -34,6 +38,10 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(costs::routes())
         .merge(threads::routes())
         .merge(agents::routes())
+        .merge(unsupported::routes())
+        .merge(usage::routes())
+        .merge(feedback_stats::routes())
+        .merge(projects::routes())
 }
 
 /// Routes that need no API key.

@@ -31,8 +31,8 @@ fn free_port() -> u16 {
 }
 
 impl Kafka {
-    /// Starts a broker and creates the call topic and its dead-letter topic.
-    pub fn start() -> Kafka {
+    /// Starts a broker without topics.
+    pub fn start_bare() -> Kafka {
         let mut k = Kafka {
             brokers: String::new(),
             port: free_port(),
@@ -41,6 +41,12 @@ impl Kafka {
         };
         k.brokers = format!("127.0.0.1:{}", k.port);
         k.resume();
+        k
+    }
+
+    /// Starts a broker and creates the call topic and its dead-letter topic.
+    pub fn start() -> Kafka {
+        let k = Kafka::start_bare();
         for (topic, partitions) in [(TOPIC, PARTITIONS), (DLQ_TOPIC, 1)] {
             let out = Command::new(tansu())
                 .args(["topic", "create", "--broker", &k.url(), topic])

@@ -100,6 +100,11 @@ impl PartRow {
             row.output = e.output;
             row.exception = e.exception;
             row.wb_run_step_end = e.wb_run_step_end;
+            // The end's name outranks the start's (sql::CALLS_AGG); a row carrying both halves
+            // then holds the end's.
+            if e.display_name.is_some() {
+                row.display_name = e.display_name;
+            }
         }
         row
     }

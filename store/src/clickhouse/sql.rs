@@ -82,7 +82,8 @@ impl Sql {
 /// One call per `(project_id, id)`, aggregated from its rows. Every half is taken from the
 /// newest row carrying it (`argMaxIf` by `version`); nullable members go through a one-element
 /// tuple so that a newer NULL wins over an older value (aggregates skip bare NULLs). A rename
-/// row wins over the display name of any start row, whenever either arrived. Duplicate rows
+/// row wins over the display name of any end row, and an end row's name (the TypeScript SDK
+/// names calls at their end) over any start row's, whenever each arrived. Duplicate rows
 /// change no aggregate. The `WHERE` of the rows (project, and id pre-filters) follows this text.
 /// Requires ClickHouse's analyzer (24.3+): aliases equal to column names are resolved to the
 /// columns inside the aggregates.
@@ -91,9 +92,11 @@ pub(crate) const CALLS_AGG: &str = "SELECT project_id, id,
     countIf(has_start = 1) > 0 AS started,
     countIf(has_end = 1) > 0 AS ended,
     argMaxIf(op_name, version, has_start = 1) AS op_name,
-    if(countIf(kind = 'rename') > 0,
-       argMaxIf(tuple(display_name), version, kind = 'rename').1,
-       argMaxIf(tuple(display_name), version, has_start = 1).1) AS display_name,
+    multiIf(countIf(kind = 'rename') > 0,
+            argMaxIf(tuple(display_name), version, kind = 'rename').1,
+            countIf(has_end = 1 AND display_name IS NOT NULL) > 0,
+            argMaxIf(display_name, version, has_end = 1 AND display_name IS NOT NULL),
+            argMaxIf(tuple(display_name), version, has_start = 1).1) AS display_name,
     argMaxIf(tuple(parent_id), version, has_start = 1).1 AS parent_id,
     argMaxIf(tuple(thread_id), version, has_start = 1).1 AS thread_id,
     argMaxIf(tuple(turn_id), version, has_start = 1).1 AS turn_id,

@@ -14,17 +14,29 @@ use crate::{CallStore, CallStream, Result};
 
 /// Upsert of one call part. A start part has `started_at` set, an end part `ended_at`; each
 /// half only overwrites its own columns, so parts commute and duplicates are no-ops.
+///
+/// The display name has three sources, highest rank first: a `/call/update` rename
+/// (`name_updated` = 1), the end part's name (`name_updated` = 2), the start's (0).
+/// A source only replaces a name of the same or a lower rank, whatever the arrival order.
+/// ?21 is the end part's name.
 const UPSERT_CALL_PART: &str = "
 INSERT INTO calls (project_id, id, trace_id, op_name, display_name, parent_id, thread_id, turn_id,
                    started_at, attributes, inputs, otel_dump, wb_user_id, wb_run_id, wb_run_step,
-                   ended_at, summary, output, exception, wb_run_step_end)
-VALUES (?1, ?2, ?3, ?4, NULLIF(?5, ''), ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14, ?15,
-        ?16, ?17, ?18, ?19, ?20)
+                   ended_at, summary, output, exception, wb_run_step_end, name_updated)
+VALUES (?1, ?2, ?3, ?4, COALESCE(NULLIF(?21, ''), NULLIF(?5, '')), ?6, ?7, ?8, ?9, ?10, ?11, ?12,
+        ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2))
 ON CONFLICT (project_id, id) DO UPDATE SET
     trace_id        = COALESCE(excluded.trace_id, calls.trace_id),
     op_name         = IIF(excluded.started_at IS NULL, calls.op_name, excluded.op_name),
-    display_name    = IIF(excluded.started_at IS NULL OR calls.name_updated,
-                          calls.display_name, excluded.display_name),
+    display_name    = CASE
+                        WHEN calls.name_updated = 1 THEN calls.display_name
+                        WHEN excluded.name_updated = 2 THEN excluded.display_name
+                        WHEN excluded.started_at IS NULL OR calls.name_updated = 2
+                            THEN calls.display_name
+                        ELSE excluded.display_name
+                      END,
+    name_updated    = IIF(calls.name_updated = 1, 1,
+                          MAX(calls.name_updated, excluded.name_updated)),
     parent_id       = IIF(excluded.started_at IS NULL, calls.parent_id, excluded.parent_id),
     thread_id       = IIF(excluded.started_at IS NULL, calls.thread_id, excluded.thread_id),
     turn_id         = IIF(excluded.started_at IS NULL, calls.turn_id, excluded.turn_id),
@@ -86,6 +98,7 @@ fn upsert_part(conn: &Connection, p: &CallPart) -> rusqlite::Result<()> {
         e.and_then(|e| e.output.as_deref()),
         e.and_then(|e| e.exception.as_deref()),
         e.and_then(|e| e.wb_run_step_end),
+        e.and_then(|e| e.display_name.as_deref()),
     ])?;
     Ok(())
 }

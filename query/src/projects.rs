@@ -1,0 +1,71 @@
+//! `/service/projects_info` (docs/api/service.md#project-ids) and `/files/resolve_url`
+//! (docs/api/files.md#resolve-urls).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::routing::post;
+use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_proto::ProjectId;
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// Most project ids one `/service/projects_info` request may name.
+pub const MAX_PROJECT_IDS: usize = 1000;
+
+pub fn routes() -> Router<Arc<AppState>> {
+    Router::new()
+        .route("/service/projects_info", post(projects_info))
+        .route("/files/resolve_url", post(resolve_url))
+}
+
+#[derive(Debug, Deserialize)]
+struct ProjectsInfoReq {
+    project_ids: Vec<String>,
+}
+
+/// heddle has no separate internal project ids: a project's internal id is its `entity/project`
+/// id. Ids the key may not see, and malformed ones, are left out of the answer (as unknown
+/// projects are by the hosted service), never a 403 that would reveal which exist.
+async fn projects_info(
+    who: Principal,
+    Json(req): Json<ProjectsInfoReq>,
+) -> Result<axum::Json<Value>, ApiError> {
+    if req.project_ids.len() > MAX_PROJECT_IDS {
+        return Err(ApiError::TooLarge(format!(
+            "at most {MAX_PROJECT_IDS} project ids per request, got {}",
+            req.project_ids.len()
+        )));
+    }
+    let infos: Vec<Value> = req
+        .project_ids
+        .iter()
+        .filter_map(|id| ProjectId::parse(id).ok())
+        .filter(|p| who.may_use_entity(p.entity()))
+        .map(|p| json!({"external_project_id": p.as_str(), "internal_project_id": p.as_str()}))
+        .collect();
+    Ok(axum::Json(Value::Array(infos)))
+}
+
+#[derive(Debug, Deserialize)]
+struct ResolveUrlReq {
+    project_id: ProjectId,
+    uris: Vec<String>,
+}
+
+/// heddle keeps file contents in its own store, not in a bucket, so it never hands out storage
+/// URIs and has none to sign: an empty list resolves to an empty list, any URI is a 400 that
+/// says where the content is.
+async fn resolve_url(
+    who: Principal,
+    Json(req): Json<ResolveUrlReq>,
+) -> Result<axum::Json<Value>, ApiError> {
+    who.check(&req.project_id)?;
+    if let Some(uri) = req.uris.first() {
+        return Err(ApiError::bad_request(format!(
+            "cannot resolve {uri:?}: heddle stores file contents itself and issues no storage \
+             URIs; read a file with /file/content"
+        )));
+    }
+    Ok(axum::Json(json!({"download_urls": [], "expires_at": null})))
+}
