@@ -35,6 +35,9 @@ async fn migrations_apply_once_and_are_idempotent() {
     assert_eq!(
         tables(&store).await,
         [
+            "annotation_queue_items",
+            "annotation_queue_progress",
+            "annotation_queues",
             "api_key_revocations",
             "api_keys",
             "call_blob_chunks",
@@ -45,6 +48,8 @@ async fn migrations_apply_once_and_are_idempotent() {
             "heddle_health",
             "heddle_schema_migrations",
             "llm_token_prices",
+            "object_aliases",
+            "object_tags",
             "objects",
             "table_rows",
             "tables"

@@ -1,11 +1,13 @@
 //! The query role: every endpoint that reads, plus the low-volume writes whose answer must
-//! reflect them immediately (call update/delete, objects, files, tables).
+//! reflect them immediately (call update/delete, objects and their tags and aliases, files,
+//! tables, annotation queues).
 
 use std::sync::Arc;
 
 use axum::Router;
 use heddle_api::AppState;
 
+mod annotation_queues;
 mod calls;
 mod costs;
 mod expand;
@@ -16,6 +18,7 @@ mod objects;
 mod refs;
 mod service;
 mod tables;
+mod tags;
 mod threads;
 
 pub use service::GeoIp;
@@ -27,6 +30,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(calls::routes())
         .merge(feedback::routes())
         .merge(objects::routes())
+        .merge(tags::routes())
+        .merge(annotation_queues::routes())
         .merge(files::routes())
         .merge(tables::routes())
         .merge(refs::routes())
