@@ -314,11 +314,13 @@ impl AnnotationQueueStore for ClickHouseStore {
             .into_iter()
             .map(|i| i.id)
             .collect();
+        // A microsecond apart, so the items keep the request's order (the default).
         let rows: Vec<ItemRow> = items
             .iter()
-            .map(|it| (item_id(queue_id, &it.call_id), it))
-            .filter(|(id, _)| !have.contains(id))
-            .map(|(id, it)| ItemRow {
+            .enumerate()
+            .map(|(i, it)| (i as i64, item_id(queue_id, &it.call_id), it))
+            .filter(|(_, id, _)| !have.contains(id))
+            .map(|(i, id, it)| ItemRow {
                 project_id: project.as_str().to_owned(),
                 queue_id: queue_id.to_owned(),
                 id,
@@ -329,7 +331,7 @@ impl AnnotationQueueStore for ClickHouseStore {
                 call_trace_id: it.call_trace_id.clone(),
                 display_fields: display_fields.to_vec(),
                 added_by: Some(added_by.to_owned()),
-                created_at: now.0,
+                created_at: now.0 + i,
                 created_by: added_by.to_owned(),
             })
             .collect();

@@ -250,7 +250,8 @@ impl AnnotationQueueStore for SqliteStore {
                 }
                 let mut added = 0u64;
                 let mut st = conn.prepare_cached(INSERT_ITEM).map_err(backend)?;
-                for it in &items {
+                // A microsecond apart, so the items keep the request's order (the default).
+                for (i, it) in items.iter().enumerate() {
                     added += st
                         .execute(params![
                             project.as_str(),
@@ -263,7 +264,7 @@ impl AnnotationQueueStore for SqliteStore {
                             it.call_trace_id,
                             fields,
                             added_by,
-                            now.0,
+                            now.0 + i as i64,
                         ])
                         .map_err(backend)? as u64;
                 }
