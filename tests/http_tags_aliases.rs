@@ -31,8 +31,11 @@ async fn add_tags(api: &Api, name: &str, digest: &str, tags: Value) -> common::R
 }
 
 async fn set_aliases(api: &Api, name: &str, digest: &str, aliases: Value) -> common::Resp {
-    api.put(&format!("/objs/{name}/aliases"), &json!({"project_id": P, "digest": digest,
-        "aliases": aliases}))
+    api.put(
+        &format!("/objs/{name}/aliases"),
+        &json!({"project_id": P, "digest": digest,
+        "aliases": aliases}),
+    )
     .await
 }
 
@@ -54,15 +57,20 @@ async fn labels_read_back_filter_and_resolve() {
     set_aliases(&api, "doc", &d0, json!(["prod", "stable"])).await.ok();
 
     let v0 = read(&api, "doc", &d0).await;
-    assert_eq!((strings(&v0["tags"]), strings(&v0["aliases"])), (
-        vec!["a".into(), "b".into(), "c".into()],
-        vec!["prod".into(), "stable".into()]
-    ));
+    assert_eq!(
+        (strings(&v0["tags"]), strings(&v0["aliases"])),
+        (vec!["a".into(), "b".into(), "c".into()], vec!["prod".into(), "stable".into()])
+    );
     let v1 = read(&api, "doc", &d1).await;
-    assert_eq!((strings(&v1["tags"]), strings(&v1["aliases"])), (vec!["a".into()], vec!["latest".into()]));
+    assert_eq!(
+        (strings(&v1["tags"]), strings(&v1["aliases"])),
+        (vec!["a".into()], vec!["latest".into()])
+    );
     // Without the flag there is nothing to report.
-    let plain = api.post("/obj/read", &json!({"project_id": P, "object_id": "doc", "digest": d0}))
-        .await.ok();
+    let plain = api
+        .post("/obj/read", &json!({"project_id": P, "object_id": "doc", "digest": d0}))
+        .await
+        .ok();
     assert!(plain["obj"]["tags"].is_null() && plain["obj"]["aliases"].is_null(), "{plain}");
 
     // An alias reads its version wherever a version is read: /obj/read and refs (with extras).
@@ -97,7 +105,10 @@ async fn labels_read_back_filter_and_resolve() {
             let body = json!({"project_id": P, "filter": filter, "include_tags_and_aliases": true,
                               "sort_by": [{"field": "created_at", "direction": "asc"}]});
             let objs = api.post("/objs/query", &body).await.ok()["objs"].clone();
-            objs.as_array().unwrap().iter().map(|o| o["digest"].as_str().unwrap().to_owned())
+            objs.as_array()
+                .unwrap()
+                .iter()
+                .map(|o| o["digest"].as_str().unwrap().to_owned())
                 .collect::<Vec<_>>()
         }
     };
@@ -207,7 +218,8 @@ async fn keys_see_only_their_entity() {
     alice.post(&format!("{}/remove", tags_path("secret", &d)), &body).await.err(403);
     let body = json!({"project_id": P, "digest": d, "aliases": ["mine"]});
     alice.put("/objs/secret/aliases", &body).await.err(403);
-    alice.post("/objs/secret/aliases/remove", &json!({"project_id": P, "aliases": ["prod"]}))
+    alice
+        .post("/objs/secret/aliases/remove", &json!({"project_id": P, "aliases": ["prod"]}))
         .await
         .err(403);
     alice.get(&format!("/tags?project_id={P}")).await.err(403);
@@ -219,11 +231,11 @@ async fn keys_see_only_their_entity() {
     // Alice's own project has labels of its own; the admin's are untouched.
     let mine = "alice/p";
     let dm = create(&alice, mine, "secret", json!({"s": 2})).await;
-    alice
-        .put(&tags_path("secret", &dm), &json!({"project_id": mine, "tags": ["own"]}))
-        .await
-        .ok();
+    alice.put(&tags_path("secret", &dm), &json!({"project_id": mine, "tags": ["own"]})).await.ok();
     assert_eq!(alice.get(&format!("/tags?project_id={mine}")).await.ok()["tags"], json!(["own"]));
     assert_eq!(admin.get(&format!("/tags?project_id={P}")).await.ok()["tags"], json!(["t"]));
-    assert_eq!(admin.get(&format!("/aliases?project_id={P}")).await.ok()["aliases"], json!(["prod"]));
+    assert_eq!(
+        admin.get(&format!("/aliases?project_id={P}")).await.ok()["aliases"],
+        json!(["prod"])
+    );
 }

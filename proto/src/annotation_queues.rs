@@ -613,7 +613,10 @@ mod tests {
             "sort_by": [{"field": "name", "direction": "asc"}]}))
         .unwrap();
         let q = q.validate().unwrap();
-        assert_eq!(q.sort, [(QueueSortField::Name, Direction::Asc), (QueueSortField::Id, Direction::Asc)]);
+        assert_eq!(
+            q.sort,
+            [(QueueSortField::Name, Direction::Asc), (QueueSortField::Id, Direction::Asc)]
+        );
         let bad: QueuesQueryReq = serde_json::from_value(json!({"project_id": "e/p",
             "sort_by": [{"field": "scorer_refs", "direction": "asc"}]}))
         .unwrap();

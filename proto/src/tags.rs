@@ -72,8 +72,7 @@ pub fn check_alias(alias: &str) -> Result<(), ProtoError> {
     if alias == LATEST_ALIAS {
         return bad("\"latest\" is reserved: it always names the newest version");
     }
-    if alias.len() > 1 && alias.starts_with('v') && alias[1..].bytes().all(|b| b.is_ascii_digit())
-    {
+    if alias.len() > 1 && alias.starts_with('v') && alias[1..].bytes().all(|b| b.is_ascii_digit()) {
         return bad("v<number> is reserved: it names a version by its index");
     }
     Ok(())

@@ -7,9 +7,9 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_proto::ProjectId;
 use heddle_proto::ProtoError;
 use heddle_proto::digest::object_digest;
-use heddle_proto::ProjectId;
 use heddle_proto::objects::{
     ObjCreateReq, ObjCreateRes, ObjDeleteReq, ObjDeleteRes, ObjQueryReq, ObjReadReq, ObjSchema,
     VersionSel, check_object_id, object_classes, object_kind,
@@ -66,9 +66,8 @@ async fn read(
     check_object_id(&req.object_id)?;
     let version = VersionSel::parse(&req.digest);
     let metadata_only = req.metadata_only.unwrap_or(false);
-    let obj =
-        read_version(&*state.store, &req.project_id, &req.object_id, &version, metadata_only)
-            .await?;
+    let obj = read_version(&*state.store, &req.project_id, &req.object_id, &version, metadata_only)
+        .await?;
     let obj = if req.include_tags_and_aliases == Some(true) {
         with_labels(&*state.store, &req.project_id, vec![obj]).await?.remove(0)
     } else {

@@ -77,10 +77,11 @@ async fn remove_tags(
     let (object_id, selector) = path(p)?;
     check_object_id(&object_id)?;
     let tags = checked_names("tags", req.tags, check_tag)?;
-    let digest = match resolve_digest(&*state.store, &req.project_id, &object_id, &selector).await
-    {
+    let digest = match resolve_digest(&*state.store, &req.project_id, &object_id, &selector).await {
         Ok(d) => d,
-        Err(StoreError::NotFound(_) | StoreError::Deleted { .. }) => return Ok(axum::Json(json!({}))),
+        Err(StoreError::NotFound(_) | StoreError::Deleted { .. }) => {
+            return Ok(axum::Json(json!({})));
+        }
         Err(e) => return Err(e.into()),
     };
     state.store.remove_tags(&req.project_id, &object_id, &digest, &tags).await?;

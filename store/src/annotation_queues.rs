@@ -117,7 +117,8 @@ pub fn assemble_items(
 ) -> Vec<QueueItem> {
     let mut latest: std::collections::HashMap<&str, &Progress> = Default::default();
     for p in &progress {
-        let newer = |cur: &&Progress| (p.updated_at.0, &p.annotator) > (cur.updated_at.0, &cur.annotator);
+        let newer =
+            |cur: &&Progress| (p.updated_at.0, &p.annotator) > (cur.updated_at.0, &cur.annotator);
         match latest.get(p.item_id.as_str()) {
             Some(cur) if !newer(cur) => {}
             _ => {

@@ -11,8 +11,8 @@ use async_trait::async_trait;
 use clickhouse::Row;
 use heddle_proto::ProjectId;
 use heddle_proto::annotation_queues::{
-    AnnotationState, NewItem, NewQueue, Queue, QueueChanges, QueueItem, QueueSortField,
-    QueueStats, QueuesQuery, check_transition, item_id,
+    AnnotationState, NewItem, NewQueue, Queue, QueueChanges, QueueItem, QueueSortField, QueueStats,
+    QueuesQuery, check_transition, item_id,
 };
 use heddle_proto::limits::MAX_QUEUE_ITEMS;
 use heddle_proto::time::Micros;
@@ -234,9 +234,17 @@ impl ClickHouseStore {
         Ok(row.map(|r| to_queue(project, r)))
     }
 
-    async fn counts(&self, project: &str, ids: &[String], done: bool) -> Result<HashMap<String, u64>> {
-        let rows: Vec<CountRow> =
-            select_counts(project, ids, done).query(&self.client).fetch_all().await.map_err(backend)?;
+    async fn counts(
+        &self,
+        project: &str,
+        ids: &[String],
+        done: bool,
+    ) -> Result<HashMap<String, u64>> {
+        let rows: Vec<CountRow> = select_counts(project, ids, done)
+            .query(&self.client)
+            .fetch_all()
+            .await
+            .map_err(backend)?;
         Ok(rows.into_iter().map(|r| (r.queue_id, r.n)).collect())
     }
 }
@@ -308,12 +316,8 @@ impl AnnotationQueueStore for ClickHouseStore {
         if self.live_queue(project, queue_id).await?.is_none() {
             return Err(StoreError::NotFound(format!("queue {queue_id} not found")));
         }
-        let have: HashSet<String> = self
-            .queue_items(project, queue_id)
-            .await?
-            .into_iter()
-            .map(|i| i.id)
-            .collect();
+        let have: HashSet<String> =
+            self.queue_items(project, queue_id).await?.into_iter().map(|i| i.id).collect();
         // A microsecond apart, so the items keep the request's order (the default).
         let rows: Vec<ItemRow> = items
             .iter()

@@ -50,7 +50,9 @@ struct LabelRow {
 
 /// How many live versions `(object_id, digest)` has: 1 or 0.
 fn version_live(project: &str, object_id: &str, digest: &str) -> Sql {
-    let mut sql = Sql::new("SELECT count() FROM (SELECT argMax(deleted_at IS NULL, row_version) AS live FROM objects WHERE project_id = ");
+    let mut sql = Sql::new(
+        "SELECT count() FROM (SELECT argMax(deleted_at IS NULL, row_version) AS live FROM objects WHERE project_id = ",
+    );
     sql.bind_str(project).push(" AND object_id = ").bind_str(object_id);
     sql.push(" AND digest = ").bind_str(digest).push(" GROUP BY digest) WHERE live");
     sql
@@ -59,7 +61,8 @@ fn version_live(project: &str, object_id: &str, digest: &str) -> Sql {
 /// Current tags of versions, as `(object_id, digest, tag)`; `objects` and `digests` narrow the
 /// rows (any listed object with any listed digest).
 pub(super) fn current_tags(project: &str, objects: &[String], digests: &[String]) -> Sql {
-    let mut sql = Sql::new("SELECT object_id, digest, tag AS name FROM object_tags WHERE project_id = ");
+    let mut sql =
+        Sql::new("SELECT object_id, digest, tag AS name FROM object_tags WHERE project_id = ");
     sql.bind_str(project);
     sql.push(" AND object_id IN ").bind(Param::StrList(objects.to_vec()));
     sql.push(" AND digest IN ").bind(Param::StrList(digests.to_vec()));
@@ -96,7 +99,8 @@ fn list_names(project: &str, tags: bool) -> Sql {
 }
 
 fn resolve(project: &str, object_id: &str, alias: &str) -> Sql {
-    let mut sql = Sql::new("SELECT argMax(digest, row_version) FROM object_aliases WHERE project_id = ");
+    let mut sql =
+        Sql::new("SELECT argMax(digest, row_version) FROM object_aliases WHERE project_id = ");
     sql.bind_str(project).push(" AND object_id = ").bind_str(object_id);
     sql.push(" AND alias = ").bind_str(alias);
     sql
@@ -118,7 +122,9 @@ pub(super) fn cascade_delete(
     tags.bind(Param::UInt(row_version)).push(" FROM object_tags WHERE project_id = ");
     tags.bind_str(project).push(" AND object_id = ").bind_str(object_id);
     tags.push(" AND digest IN ").bind(Param::StrList(digests.to_vec()));
-    tags.push(" GROUP BY project_id, object_id, digest, tag HAVING argMax(present, row_version) = 1");
+    tags.push(
+        " GROUP BY project_id, object_id, digest, tag HAVING argMax(present, row_version) = 1",
+    );
     let mut aliases = Sql::new(
         "INSERT INTO object_aliases (project_id, object_id, alias, digest, created_at,
              wb_user_id, row_version)
@@ -150,7 +156,12 @@ impl ClickHouseStore {
         sql.query(&self.client).fetch_all().await.map_err(backend)
     }
 
-    async fn version_tags(&self, project: &str, object_id: &str, digest: &str) -> Result<Vec<String>> {
+    async fn version_tags(
+        &self,
+        project: &str,
+        object_id: &str,
+        digest: &str,
+    ) -> Result<Vec<String>> {
         let sql = current_tags(project, &[object_id.to_owned()], &[digest.to_owned()]);
         Ok(self.labels_of(sql).await?.into_iter().map(|r| r.name).collect())
     }

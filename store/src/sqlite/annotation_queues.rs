@@ -4,8 +4,8 @@
 use async_trait::async_trait;
 use heddle_proto::ProjectId;
 use heddle_proto::annotation_queues::{
-    AnnotationState, NewItem, NewQueue, Queue, QueueChanges, QueueItem, QueueSortField,
-    QueueStats, QueuesQuery, check_transition, item_id,
+    AnnotationState, NewItem, NewQueue, Queue, QueueChanges, QueueItem, QueueSortField, QueueStats,
+    QueuesQuery, check_transition, item_id,
 };
 use heddle_proto::limits::MAX_QUEUE_ITEMS;
 use heddle_proto::time::Micros;
@@ -354,8 +354,7 @@ impl AnnotationQueueStore for SqliteStore {
         let (who, state) = (annotator.to_owned(), state.to_owned());
         self.writer
             .exec(move |conn| {
-                let exists =
-                    conn.query_row(ITEM_EXISTS, params![p, q, i], |_| Ok(())).optional();
+                let exists = conn.query_row(ITEM_EXISTS, params![p, q, i], |_| Ok(())).optional();
                 if exists.map_err(backend)?.is_none() {
                     return Err(StoreError::NotFound(format!("item {i} not found in queue {q}")));
                 }
