@@ -58,7 +58,7 @@ pub const MAX_TAGS_PER_VERSION: usize = 1000;
 pub const MAX_ALIASES_PER_OBJECT: usize = 1000;
 pub const MAX_LISTED_NAMES: usize = 10_000;
 
-/// Annotation queues (docs/api/annotation-queues.md#bounds): the longest name and description
+/// Annotation queues (docs/api/annotation-queues.md): the longest name and description
 /// in characters; scorer refs and display fields of one queue or add, and the longest of each in
 /// bytes; calls in one add; items one queue may hold; queue ids in one stats request.
 pub const MAX_QUEUE_NAME_CHARS: usize = 256;
@@ -66,7 +66,7 @@ pub const MAX_QUEUE_DESCRIPTION_CHARS: usize = 10_000;
 pub const MAX_QUEUE_LIST_ENTRIES: usize = 100;
 pub const MAX_QUEUE_ENTRY_BYTES: usize = 1024;
 pub const MAX_QUEUE_ADD_CALLS: usize = 1000;
-pub const MAX_QUEUE_ITEMS: usize = 100_000;
+pub const MAX_QUEUE_ITEMS: usize = 10_000;
 pub const MAX_QUEUE_STATS_IDS: usize = 1000;
 
 /// Checks that `text` is a member that reads back: well-formed JSON at most
