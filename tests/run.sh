@@ -69,7 +69,8 @@ step "HTTP conformance tests on the ClickHouse store"
 HEDDLE_TEST_STORE=clickhouse cargo test --test http_calls --test http_objects_files \
     --test http_objects_query --test http_tables_refs --test http_expand --test http_otlp \
     --test http_feedback --test http_costs_threads --test http_service_auth --test restart \
-    --test adversarial_input --test keys --test large_calls
+    --test adversarial_input --test keys --test large_calls --test http_tags_aliases \
+    --test http_annotation_queues
 
 step "HTTP conformance tests on the distributed store (Kafka + ClickHouse)"
 # Every server gets its own tansu broker and ClickHouse and runs `serve --kafka --clickhouse`;
@@ -77,7 +78,8 @@ step "HTTP conformance tests on the distributed store (Kafka + ClickHouse)"
 HEDDLE_TEST_STORE=distributed cargo test --test http_calls --test http_objects_files \
     --test http_objects_query --test http_tables_refs --test http_expand --test http_otlp \
     --test http_feedback --test http_costs_threads --test http_service_auth --test restart \
-    --test adversarial_input --test keys --test large_calls
+    --test adversarial_input --test keys --test large_calls --test http_tags_aliases \
+    --test http_annotation_queues
 
 step "real-client tests (weave SDK)"
 HEDDLE_BIN="$PWD/target/debug/heddle" "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider

@@ -1,6 +1,7 @@
 //! heddle's wire vocabulary: the request/response types of the Weave trace-server API, the
 //! query-language catalogs, refs and digests. Pure code with no I/O, shared by every role and backend.
 
+pub mod annotation_queues;
 pub mod calls;
 pub mod canonical;
 pub mod costs;
@@ -14,6 +15,7 @@ pub mod otlp;
 pub mod record;
 pub mod refs;
 pub mod tables;
+pub mod tags;
 pub mod threads;
 pub mod time;
 

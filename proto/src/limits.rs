@@ -48,6 +48,27 @@ pub const MAX_TABLE_UPDATES: usize = 100_000;
 /// Rows of one table (a dataset version).
 pub const MAX_TABLE_ROWS: usize = 1_000_000;
 
+/// Tags and aliases (docs/api/objects.md#tags-and-aliases): the longest tag and alias, in
+/// characters; names in one add, set or remove request; tags one version may hold and aliases
+/// one object may hold; names `/tags` or `/aliases` lists at most.
+pub const MAX_TAG_CHARS: usize = 256;
+pub const MAX_ALIAS_CHARS: usize = 128;
+pub const MAX_NAMES_PER_REQUEST: usize = 100;
+pub const MAX_TAGS_PER_VERSION: usize = 1000;
+pub const MAX_ALIASES_PER_OBJECT: usize = 1000;
+pub const MAX_LISTED_NAMES: usize = 10_000;
+
+/// Annotation queues (docs/api/annotation-queues.md): the longest name and description
+/// in characters; scorer refs and display fields of one queue or add, and the longest of each in
+/// bytes; calls in one add; items one queue may hold; queue ids in one stats request.
+pub const MAX_QUEUE_NAME_CHARS: usize = 256;
+pub const MAX_QUEUE_DESCRIPTION_CHARS: usize = 10_000;
+pub const MAX_QUEUE_LIST_ENTRIES: usize = 100;
+pub const MAX_QUEUE_ENTRY_BYTES: usize = 1024;
+pub const MAX_QUEUE_ADD_CALLS: usize = 1000;
+pub const MAX_QUEUE_ITEMS: usize = 10_000;
+pub const MAX_QUEUE_STATS_IDS: usize = 1000;
+
 /// Checks that `text` is a member that reads back: well-formed JSON at most
 /// [`MAX_MEMBER_DEPTH`] deep.
 /// Walks the text without building a value (serde's skipping parser does not limit depth, so

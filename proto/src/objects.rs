@@ -7,7 +7,9 @@ mod query;
 
 pub use builtin::apply_builtin_class;
 pub use delete::{DeletedVersion, MAX_DELETE_DIGESTS, ObjDeleteReq, ObjDeleteRes, ObjectsDelete};
-pub use query::{LATEST_ALIAS, ObjQueryReq, ObjSortField, ObjectVersionFilter, ObjectsQuery};
+pub use query::{
+    AliasFilter, LATEST_ALIAS, ObjQueryReq, ObjSortField, ObjectVersionFilter, ObjectsQuery,
+};
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -109,12 +111,18 @@ pub struct ObjSchema {
 }
 
 impl ObjSchema {
-    /// Fills `tags` and `aliases`. Tags are not implemented (always empty); the one alias is the
-    /// implicit `latest` of the newest live version.
-    pub fn with_tags_and_aliases(mut self) -> ObjSchema {
-        self.tags = Some(Vec::new());
-        self.aliases =
-            Some(if self.is_latest == 1 { vec![LATEST_ALIAS.to_owned()] } else { Vec::new() });
+    /// Fills `tags` and `aliases` with the version's stored ones, sorted; the newest live
+    /// version also gets the computed alias `latest`, last.
+    pub fn with_tags_and_aliases(mut self, tags: Vec<String>, aliases: Vec<String>) -> ObjSchema {
+        let mut tags = tags;
+        tags.sort();
+        let mut aliases = aliases;
+        aliases.sort();
+        if self.is_latest == 1 {
+            aliases.push(LATEST_ALIAS.to_owned());
+        }
+        self.tags = Some(tags);
+        self.aliases = Some(aliases);
         self
     }
 }

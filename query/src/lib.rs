@@ -1,5 +1,6 @@
 //! The query role: every endpoint that reads, plus the low-volume writes whose answer must
-//! reflect them immediately (call update/delete, objects, files, tables).
+//! reflect them immediately (call update/delete, objects and their tags and aliases, files,
+//! tables, annotation queues).
 
 use std::sync::Arc;
 
@@ -7,6 +8,7 @@ use axum::Router;
 use heddle_api::AppState;
 
 mod agents;
+mod annotation_queues;
 mod calls;
 mod costs;
 mod expand;
@@ -19,6 +21,7 @@ mod projects;
 mod refs;
 mod service;
 mod tables;
+mod tags;
 mod threads;
 mod unsupported;
 mod usage;
@@ -32,6 +35,8 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(calls::routes())
         .merge(feedback::routes())
         .merge(objects::routes())
+        .merge(tags::routes())
+        .merge(annotation_queues::routes())
         .merge(files::routes())
         .merge(tables::routes())
         .merge(refs::routes())

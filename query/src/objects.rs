@@ -1,4 +1,5 @@
-//! `/obj/create`, `/obj/read`, `/objs/query` and `/obj/delete` (docs/api/objects.md).
+//! `/obj/create`, `/obj/read`, `/objs/query` and `/obj/delete` (docs/api/objects.md), and the
+//! read of a version by digest, index, `latest` or alias that refs share.
 
 use std::sync::Arc;
 
@@ -6,13 +7,14 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_proto::ProjectId;
 use heddle_proto::ProtoError;
 use heddle_proto::digest::object_digest;
 use heddle_proto::objects::{
-    ObjCreateReq, ObjCreateRes, ObjDeleteReq, ObjDeleteRes, ObjQueryReq, ObjReadReq, VersionSel,
-    check_object_id, object_classes, object_kind,
+    ObjCreateReq, ObjCreateRes, ObjDeleteReq, ObjDeleteRes, ObjQueryReq, ObjReadReq, ObjSchema,
+    VersionSel, check_object_id, object_classes, object_kind,
 };
-use heddle_store::NewObject;
+use heddle_store::{NewObject, Store, StoreError};
 use serde_json::{Value, json};
 
 pub fn routes() -> Router<Arc<AppState>> {
@@ -63,12 +65,14 @@ async fn read(
     who.check(&req.project_id)?;
     check_object_id(&req.object_id)?;
     let version = VersionSel::parse(&req.digest);
-    let obj = state
-        .store
-        .read_object(&req.project_id, &req.object_id, &version, req.metadata_only.unwrap_or(false))
+    let metadata_only = req.metadata_only.unwrap_or(false);
+    let obj = read_version(&*state.store, &req.project_id, &req.object_id, &version, metadata_only)
         .await?;
-    let obj =
-        if req.include_tags_and_aliases == Some(true) { obj.with_tags_and_aliases() } else { obj };
+    let obj = if req.include_tags_and_aliases == Some(true) {
+        with_labels(&*state.store, &req.project_id, vec![obj]).await?.remove(0)
+    } else {
+        obj
+    };
     Ok(axum::Json(json!({ "obj": obj })))
 }
 
@@ -79,12 +83,55 @@ async fn query(
 ) -> Result<axum::Json<Value>, ApiError> {
     who.check(&req.project_id)?;
     let q = req.validate()?;
-    let tags_and_aliases = q.include_tags_and_aliases;
+    let (project, tags_and_aliases) = (q.project.clone(), q.include_tags_and_aliases);
     let mut objs = state.store.query_objects(q).await?;
     if tags_and_aliases {
-        objs = objs.into_iter().map(|o| o.with_tags_and_aliases()).collect();
+        objs = with_labels(&*state.store, &project, objs).await?;
     }
     Ok(axum::Json(json!({ "objs": objs })))
+}
+
+/// Reads a version; a selector that names no version by digest is tried as an alias of the
+/// object (docs/api/objects.md#tags-and-aliases), so `name:production` reads like
+/// `name:<digest>` wherever a version is read (`/obj/read`, refs).
+pub(crate) async fn read_version(
+    store: &dyn Store,
+    project: &ProjectId,
+    object_id: &str,
+    version: &VersionSel,
+    metadata_only: bool,
+) -> Result<ObjSchema, StoreError> {
+    match store.read_object(project, object_id, version, metadata_only).await {
+        Err(StoreError::NotFound(m)) => {
+            let VersionSel::Digest(alias) = version else { return Err(StoreError::NotFound(m)) };
+            match store.resolve_alias(project, object_id, alias).await? {
+                Some(digest) => {
+                    let target = VersionSel::Digest(digest);
+                    store.read_object(project, object_id, &target, metadata_only).await
+                }
+                None => Err(StoreError::NotFound(m)),
+            }
+        }
+        other => other,
+    }
+}
+
+/// Fills each version's tags and aliases (`include_tags_and_aliases`), one store read for all.
+async fn with_labels(
+    store: &dyn Store,
+    project: &ProjectId,
+    objs: Vec<ObjSchema>,
+) -> Result<Vec<ObjSchema>, StoreError> {
+    let keys: Vec<_> = objs.iter().map(|o| (o.object_id.clone(), o.digest.clone())).collect();
+    let mut labels = store.labels(project, &keys).await?;
+    Ok(objs
+        .into_iter()
+        .zip(keys)
+        .map(|(o, key)| {
+            let l = labels.remove(&key).unwrap_or_default();
+            o.with_tags_and_aliases(l.tags, l.aliases)
+        })
+        .collect())
 }
 
 async fn delete(

@@ -23,6 +23,8 @@ use heddle_proto::limits::MAX_RESOLVED_BYTES;
 use heddle_proto::objects::VersionSel;
 use heddle_proto::refs::{self, Edge, MAX_REFS_PER_BATCH, ObjectRef, Ref, RefsReadBatchReq};
 use heddle_store::{Store, StoreError};
+
+use crate::objects::read_version;
 use serde_json::Value;
 
 pub fn routes() -> Router<Arc<AppState>> {
@@ -287,7 +289,7 @@ impl Walker {
         if let Some(v) = self.objects.get(&key) {
             return Ok(v.clone());
         }
-        let val = match self.store.read_object(project, name, version, false).await {
+        let val = match read_version(&*self.store, project, name, version, false).await {
             Ok(obj) => match obj.val {
                 Some(raw) => Some(Arc::new(serde_json::from_str(raw.get()).map_err(|e| {
                     ApiError::Internal(format!("stored value of {name} is not JSON: {e}"))

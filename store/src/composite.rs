@@ -8,15 +8,20 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use bytes::Bytes;
 use heddle_proto::ProjectId;
+use heddle_proto::annotation_queues::{
+    ItemsQuery, NewItem, NewQueue, Queue, QueueChanges, QueueItem, QueueStats, QueuesQuery,
+};
 use heddle_proto::calls::{CallPart, CallsQuery};
 use heddle_proto::costs::CostRecord;
 use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
 use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
 use heddle_proto::threads::{Thread, ThreadsQuery};
+use heddle_proto::time::Micros;
 
 use crate::prelude::*;
 use crate::{
-    CallStream, KeyInfo, KeyRecord, NewObject, NewTable, ProjectInfo, Result, StoredRow, TableSlice,
+    Added, CallStream, KeyInfo, KeyRecord, Labels, NewObject, NewTable, Progress, ProjectInfo,
+    Result, StoredRow, TableSlice, VersionKey,
 };
 
 /// Each resource served by its own implementation.
@@ -24,6 +29,8 @@ use crate::{
 pub struct Composite {
     pub calls: Arc<dyn CallStore>,
     pub objects: Arc<dyn ObjectStore>,
+    pub tags: Arc<dyn TagStore>,
+    pub queues: Arc<dyn AnnotationQueueStore>,
     pub files: Arc<dyn FileStore>,
     pub tables: Arc<dyn TableStore>,
     pub feedback: Arc<dyn FeedbackStore>,
@@ -41,6 +48,8 @@ impl Composite {
         Composite {
             calls: store.clone(),
             objects: store.clone(),
+            tags: store.clone(),
+            queues: store.clone(),
             files: store.clone(),
             tables: store.clone(),
             feedback: store.clone(),
@@ -95,6 +104,136 @@ impl ObjectStore for Composite {
     }
     async fn delete_objects(&self, d: ObjectsDelete) -> Result<Vec<DeletedVersion>> {
         self.objects.delete_objects(d).await
+    }
+}
+
+#[async_trait]
+impl TagStore for Composite {
+    async fn add_tags(
+        &self,
+        project: &ProjectId,
+        object_id: &str,
+        digest: &str,
+        tags: &[String],
+        wb_user_id: &str,
+    ) -> Result<()> {
+        self.tags.add_tags(project, object_id, digest, tags, wb_user_id).await
+    }
+    async fn remove_tags(
+        &self,
+        project: &ProjectId,
+        object_id: &str,
+        digest: &str,
+        tags: &[String],
+    ) -> Result<()> {
+        self.tags.remove_tags(project, object_id, digest, tags).await
+    }
+    async fn set_aliases(
+        &self,
+        project: &ProjectId,
+        object_id: &str,
+        digest: &str,
+        aliases: &[String],
+        wb_user_id: &str,
+    ) -> Result<()> {
+        self.tags.set_aliases(project, object_id, digest, aliases, wb_user_id).await
+    }
+    async fn remove_aliases(
+        &self,
+        project: &ProjectId,
+        object_id: &str,
+        aliases: &[String],
+    ) -> Result<()> {
+        self.tags.remove_aliases(project, object_id, aliases).await
+    }
+    async fn list_tags(&self, project: &ProjectId) -> Result<Vec<String>> {
+        self.tags.list_tags(project).await
+    }
+    async fn list_aliases(&self, project: &ProjectId) -> Result<Vec<String>> {
+        self.tags.list_aliases(project).await
+    }
+    async fn labels(
+        &self,
+        project: &ProjectId,
+        versions: &[VersionKey],
+    ) -> Result<HashMap<VersionKey, Labels>> {
+        self.tags.labels(project, versions).await
+    }
+    async fn resolve_alias(
+        &self,
+        project: &ProjectId,
+        object_id: &str,
+        alias: &str,
+    ) -> Result<Option<String>> {
+        self.tags.resolve_alias(project, object_id, alias).await
+    }
+}
+
+#[async_trait]
+impl AnnotationQueueStore for Composite {
+    async fn create_queue(&self, q: NewQueue) -> Result<()> {
+        self.queues.create_queue(q).await
+    }
+    async fn read_queue(&self, project: &ProjectId, id: &str) -> Result<Option<Queue>> {
+        self.queues.read_queue(project, id).await
+    }
+    async fn query_queues(&self, q: QueuesQuery) -> Result<Vec<Queue>> {
+        self.queues.query_queues(q).await
+    }
+    async fn update_queue(
+        &self,
+        project: &ProjectId,
+        id: &str,
+        changes: QueueChanges,
+        now: Micros,
+    ) -> Result<Option<Queue>> {
+        self.queues.update_queue(project, id, changes, now).await
+    }
+    async fn delete_queue(
+        &self,
+        project: &ProjectId,
+        id: &str,
+        now: Micros,
+    ) -> Result<Option<Queue>> {
+        self.queues.delete_queue(project, id, now).await
+    }
+    async fn add_items(
+        &self,
+        project: &ProjectId,
+        queue_id: &str,
+        items: Vec<NewItem>,
+        display_fields: &[String],
+        added_by: &str,
+        now: Micros,
+    ) -> Result<Added> {
+        self.queues.add_items(project, queue_id, items, display_fields, added_by, now).await
+    }
+    async fn queue_items(&self, project: &ProjectId, queue_id: &str) -> Result<Vec<QueueItem>> {
+        self.queues.queue_items(project, queue_id).await
+    }
+    async fn queue_progress(&self, project: &ProjectId, queue_id: &str) -> Result<Vec<Progress>> {
+        self.queues.queue_progress(project, queue_id).await
+    }
+    async fn queue_stats(
+        &self,
+        project: &ProjectId,
+        queue_ids: &[String],
+    ) -> Result<Vec<QueueStats>> {
+        self.queues.queue_stats(project, queue_ids).await
+    }
+    async fn set_progress(
+        &self,
+        project: &ProjectId,
+        queue_id: &str,
+        item_id: &str,
+        annotator: &str,
+        state: &str,
+        now: Micros,
+    ) -> Result<()> {
+        self.queues.set_progress(project, queue_id, item_id, annotator, state, now).await
+    }
+    async fn query_items(&self, q: ItemsQuery) -> Result<Vec<QueueItem>> {
+        self.queues.query_items(q).await
     }
 }
 

@@ -1,6 +1,6 @@
 //! Storage behind one interface per resource. The embedded backend is SQLite; the distributed
-//! backend is ClickHouse. Each resource (calls, objects, files, tables, feedback, costs,
-//! threads, projects, keys, blobs) has its own trait in a module named for it; [`Store`] is the
+//! backend is ClickHouse. Each resource (calls, objects, tags and aliases, annotation queues,
+//! files, tables, feedback, costs, threads, projects, keys, blobs) has its own trait in a module named for it; [`Store`] is the
 //! sum of them, so a server holds one `Arc<dyn Store>` while code that needs one resource can
 //! ask for that trait alone. The traits speak in validated proto types (call parts in, calls out;
 //! content-addressed objects and files), never in SQL, so a backend is free to lay out its
@@ -8,6 +8,7 @@
 //!
 //! Callers bring the traits into scope with `use heddle_store::prelude::*`.
 
+pub mod annotation_queues;
 pub mod blobs;
 pub mod calls;
 pub mod composite;
@@ -19,6 +20,7 @@ pub mod keys;
 pub mod objects;
 pub mod projects;
 pub mod tables;
+pub mod tags;
 pub mod threads;
 
 #[cfg(feature = "clickhouse")]
@@ -26,6 +28,7 @@ pub mod clickhouse;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 
+pub use self::annotation_queues::{Added, AnnotationQueueStore, Progress};
 pub use self::blobs::BlobStore;
 pub use self::calls::{CallStore, CallStream};
 pub use self::composite::Composite;
@@ -37,13 +40,14 @@ pub use self::keys::{KEY_ID_LEN, KeyInfo, KeyRecord, KeyStore, key_id, parse_key
 pub use self::objects::{NewObject, ObjectStore};
 pub use self::projects::{ProjectInfo, ProjectStore};
 pub use self::tables::{NewTable, StoredRow, TableSlice, TableStore};
+pub use self::tags::{Labels, TagStore, VersionKey};
 pub use self::threads::ThreadStore;
 
 /// Every resource trait and [`Store`], for `use heddle_store::prelude::*`.
 pub mod prelude {
     pub use crate::{
-        BlobStore, CallStore, CostStore, FeedbackStore, FileStore, Health, KeyStore, ObjectStore,
-        ProjectStore, Store, TableStore, ThreadStore,
+        AnnotationQueueStore, BlobStore, CallStore, CostStore, FeedbackStore, FileStore, Health,
+        KeyStore, ObjectStore, ProjectStore, Store, TableStore, TagStore, ThreadStore,
     };
 }
 
@@ -52,6 +56,8 @@ pub mod prelude {
 pub trait Store:
     CallStore
     + ObjectStore
+    + TagStore
+    + AnnotationQueueStore
     + FileStore
     + TableStore
     + FeedbackStore
@@ -68,6 +74,8 @@ pub trait Store:
 impl<T> Store for T where
     T: CallStore
         + ObjectStore
+        + TagStore
+        + AnnotationQueueStore
         + FileStore
         + TableStore
         + FeedbackStore

@@ -588,6 +588,14 @@ impl Api {
         self.send(self.req(reqwest::Method::GET, path)).await
     }
 
+    pub async fn put(&self, path: &str, body: &Value) -> Resp {
+        self.send(self.req(reqwest::Method::PUT, path).json(body)).await
+    }
+
+    pub async fn delete(&self, path: &str) -> Resp {
+        self.send(self.req(reqwest::Method::DELETE, path)).await
+    }
+
     /// `/calls/stream_query`, strictly parsed.
     pub async fn stream(&self, body: &Value) -> Vec<Value> {
         self.post("/calls/stream_query", body).await.jsonl()

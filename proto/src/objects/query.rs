@@ -5,6 +5,7 @@ use serde::Deserialize;
 
 use crate::ProtoError;
 use crate::ids::ProjectId;
+use crate::limits::MAX_FILTER_IDS;
 use heddle_ql::{Direction, SortBy};
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -55,9 +56,11 @@ pub struct ObjectsQuery {
     /// Versions without a base class are kept.
     pub exclude_base_object_classes: Option<Vec<String>>,
     pub leaf_object_classes: Option<Vec<String>>,
-    /// A filter no stored version can pass (tags or aliases other than `latest`): backends
-    /// need not run the query.
-    pub matches_nothing: bool,
+    /// Versions holding any of these tags.
+    pub tags: Option<Vec<String>>,
+    /// Versions any of these aliases name, or the latest version when `latest` is among them:
+    /// one condition (any of), so `["latest", "prod"]` selects both.
+    pub aliases: Option<AliasFilter>,
     /// Always ends with `object_id`, `version_index` so paging is deterministic.
     pub sort: Vec<(ObjSortField, Direction)>,
     pub limit: Option<u64>,
@@ -67,9 +70,16 @@ pub struct ObjectsQuery {
     pub include_tags_and_aliases: bool,
 }
 
-/// The only alias heddle knows: the newest live version of an object. Tags are not
-/// implemented, so no version has any.
+/// The alias of the newest live version of every object: computed, never stored
+/// (docs/api/objects.md#tags-and-aliases).
 pub const LATEST_ALIAS: &str = "latest";
+
+/// An `aliases` filter: the stored aliases asked for, and whether `latest` was.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AliasFilter {
+    pub stored: Vec<String>,
+    pub latest: bool,
+}
 
 fn non_empty(list: Option<Vec<String>>) -> Option<Vec<String>> {
     list.filter(|l| !l.is_empty())
@@ -100,22 +110,28 @@ impl ObjQueryReq {
             Some(n) if n < 0 => Err(ProtoError::invalid(format!("{what} must be >= 0, got {n}"))),
             v => Ok(v.map(|n| n as u64)),
         };
-        let tags = non_empty(f.tags);
-        let aliases = non_empty(f.aliases);
-        // Any-of: `latest` among the aliases selects the latest versions; other aliases and every
-        // tag select nothing.
-        let wants_latest_alias =
-            aliases.as_ref().is_some_and(|a| a.iter().any(|a| a == LATEST_ALIAS));
-        let matches_nothing = tags.is_some() || (aliases.is_some() && !wants_latest_alias);
+        let bounded = |what: &str, l: Option<Vec<String>>| match l {
+            Some(l) if l.len() > MAX_FILTER_IDS => Err(ProtoError::invalid(format!(
+                "at most {MAX_FILTER_IDS} {what} in a filter, got {}",
+                l.len()
+            ))),
+            l => Ok(non_empty(l)),
+        };
+        let tags = bounded("tags", f.tags)?;
+        let aliases = bounded("aliases", f.aliases)?.map(|a| AliasFilter {
+            latest: a.iter().any(|a| a == LATEST_ALIAS),
+            stored: a.into_iter().filter(|a| a != LATEST_ALIAS).collect(),
+        });
         Ok(ObjectsQuery {
             project: self.project_id,
             object_ids: non_empty(f.object_ids),
             is_op: f.is_op,
-            latest_only: f.latest_only.unwrap_or(false) || wants_latest_alias,
+            latest_only: f.latest_only.unwrap_or(false),
             base_object_classes: non_empty(f.base_object_classes),
             exclude_base_object_classes: non_empty(f.exclude_base_object_classes),
             leaf_object_classes: non_empty(f.leaf_object_classes),
-            matches_nothing,
+            tags,
+            aliases,
             sort,
             limit: non_negative("limit", self.limit)?,
             offset: non_negative("offset", self.offset)?.unwrap_or(0),
@@ -150,7 +166,7 @@ mod tests {
         .unwrap();
         assert_eq!(q.base_object_classes, Some(vec!["Evaluation".to_owned()]));
         assert_eq!(q.is_op, Some(false));
-        assert!(!q.latest_only && !q.matches_nothing && !q.metadata_only);
+        assert!(!q.latest_only && q.tags.is_none() && q.aliases.is_none() && !q.metadata_only);
         assert_eq!((q.limit, q.offset), (None, 0));
         assert_eq!(
             q.sort,
@@ -170,17 +186,11 @@ mod tests {
         assert_eq!(q.sort[0], (ObjSortField::CreatedAt, Direction::Desc));
         assert_eq!(q.sort.len(), 3);
         assert_eq!((q.limit, q.offset), (Some(3), 2));
-        assert!(q.latest_only && !q.matches_nothing && q.object_ids.is_none());
-        assert!(
-            validate(json!({"project_id": "e/p", "filter": {"tags": ["t"]}}))
-                .unwrap()
-                .matches_nothing
-        );
-        assert!(
-            validate(json!({"project_id": "e/p", "filter": {"aliases": ["prod"]}}))
-                .unwrap()
-                .matches_nothing
-        );
+        assert!(!q.latest_only && q.object_ids.is_none());
+        assert_eq!(q.aliases, Some(AliasFilter { stored: vec!["prod".into()], latest: true }));
+        let q = validate(json!({"project_id": "e/p", "filter": {"tags": ["t"], "aliases": []}}))
+            .unwrap();
+        assert_eq!((q.tags, q.aliases), (Some(vec!["t".to_owned()]), None));
         for bad in [
             json!({"project_id": "e/p", "sort_by": [{"field": "digest", "direction": "asc"}]}),
             json!({"project_id": "e/p", "limit": -1}),

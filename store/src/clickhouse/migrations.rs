@@ -8,9 +8,9 @@
 //!
 //! Numbering is shared with SQLite (`sqlite/migrations/`): a change of the schema carries the
 //! same number in both backends, and a number one backend has no use for is skipped by the
-//! other (2, the SQLite partial index on live calls, is SQLite's only). Databases created
-//! before the numbering was shared recorded objects-and-files chunks as 2 and tables as 3;
-//! they need nothing done, see [`migrate`].
+//! other (2, the SQLite partial index on live calls, and 9, SQLite's filter indexes, are
+//! SQLite's only). Databases created before the numbering was shared recorded objects-and-files
+//! chunks as 2 and tables as 3; they need nothing done, see [`migrate`].
 
 use clickhouse::Client;
 
@@ -23,6 +23,8 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (6, include_str!("migrations/0006_costs.sql")),
     (7, include_str!("migrations/0007_key_revocation.sql")),
     (8, include_str!("migrations/0008_blobs.sql")),
+    (10, include_str!("migrations/0010_tags_aliases.sql")),
+    (11, include_str!("migrations/0011_annotation_queues.sql")),
 ];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

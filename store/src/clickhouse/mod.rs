@@ -9,6 +9,7 @@
 //! `sql::CALLS_AGG`). Objects need a version index per new digest, which ClickHouse cannot
 //! assign atomically: see `objects.rs`.
 
+mod annotation_queues;
 mod blobs;
 mod calls;
 mod compile;
@@ -22,6 +23,7 @@ mod objects;
 mod projects;
 pub mod sql;
 mod tables;
+mod tags;
 mod threads;
 
 use std::sync::atomic::{AtomicU64, Ordering};

@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::sql::{Param, Sql, paging};
-use super::{ClickHouseStore, backend, insert_error, next_version};
+use super::{ClickHouseStore, backend, insert_error, next_version, tags};
 use crate::objects::{self, LiveVersion, version_text};
 use crate::{NewObject, ObjectStore, Result, StoreError};
 
@@ -171,6 +171,23 @@ fn select_objects(q: &ObjectsQuery) -> Sql {
     }
     if let Some(classes) = &q.leaf_object_classes {
         sql.push(" AND leaf_object_class IN ").bind(Param::StrList(classes.clone()));
+    }
+    if let Some(tags) = &q.tags {
+        sql.push(" AND (object_id, digest) IN (SELECT object_id, digest FROM object_tags");
+        sql.push(" WHERE project_id = ").bind_str(q.project.as_str());
+        sql.push(" AND tag IN ").bind(Param::StrList(tags.clone()));
+        sql.push(" GROUP BY object_id, digest, tag HAVING argMax(present, row_version) = 1)");
+    }
+    if let Some(aliases) = &q.aliases {
+        // Any of: a current alias naming the version, or `latest` and the version is the latest.
+        sql.push(" AND ((object_id, digest) IN (SELECT object_id, argMax(digest, row_version)");
+        sql.push(" FROM object_aliases WHERE project_id = ").bind_str(q.project.as_str());
+        sql.push(" AND alias IN ").bind(Param::StrList(aliases.stored.clone()));
+        sql.push(" GROUP BY object_id, alias)");
+        if aliases.latest {
+            sql.push(" OR is_latest = 1");
+        }
+        sql.push(")");
     }
     sql.push(" ORDER BY ");
     for (i, (field, dir)) in q.sort.iter().enumerate() {
@@ -369,9 +386,6 @@ impl ObjectStore for ClickHouseStore {
 
     /// Metadata first (sorted and paged by ClickHouse), then the values of that page only.
     async fn query_objects(&self, q: ObjectsQuery) -> Result<Vec<ObjSchema>> {
-        if q.matches_nothing {
-            return Ok(Vec::new());
-        }
         let metas: Vec<ObjectMetaRow> =
             select_objects(&q).query(&self.client).fetch_all().await.map_err(backend)?;
         let mut vals = HashMap::new();
@@ -434,6 +448,10 @@ impl ObjectStore for ClickHouseStore {
         .execute()
         .await
         .map_err(insert_error)?;
+        // The deleted versions lose their tags and the aliases naming them (store/src/tags.rs).
+        let cascade =
+            tags::cascade_delete(d.project.as_str(), &d.object_id, &digests, next_version());
+        tags::run_cascade(self, cascade).await?;
         Ok(doomed.into_iter().map(DeletedVersion::from).collect())
     }
 }
@@ -457,7 +475,8 @@ mod tests {
             "project_id": "e/p",
             "filter": {"object_ids": [evil], "base_object_classes": [evil],
                        "exclude_base_object_classes": [evil], "leaf_object_classes": [evil],
-                       "is_op": true, "latest_only": true},
+                       "is_op": true, "latest_only": true, "tags": [evil],
+                       "aliases": [evil, "latest"]},
             "sort_by": [{"field": "created_at", "direction": "desc"}],
             "limit": 3, "offset": 1, "include_storage_size": true
         }))

@@ -15,6 +15,8 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_key_revocation.sql"),
     include_str!("migrations/0008_blobs.sql"),
     include_str!("migrations/0009_filter_indexes.sql"),
+    include_str!("migrations/0010_tags_aliases.sql"),
+    include_str!("migrations/0011_annotation_queues.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -58,6 +60,9 @@ mod tests {
         assert_eq!(
             tables,
             [
+                "annotation_queue_items",
+                "annotation_queue_progress",
+                "annotation_queues",
                 "api_keys",
                 "call_blob_chunks",
                 "calls",
@@ -66,6 +71,8 @@ mod tests {
                 "files",
                 "heddle_health",
                 "llm_token_prices",
+                "object_aliases",
+                "object_tags",
                 "objects",
                 "table_rows",
                 "tables"

@@ -5,6 +5,7 @@
 //! This module opens and migrates the database; each resource's statements, row mapping and
 //! trait implementation live in the module named for it.
 
+mod annotation_queues;
 mod blobs;
 mod calls;
 mod checkpointer;
@@ -21,6 +22,7 @@ mod objects;
 mod projects;
 pub mod sql;
 mod tables;
+mod tags;
 mod threads;
 mod values;
 mod writer;

@@ -76,6 +76,12 @@ UPDATE objects SET deleted_at = ?4
 WHERE project_id = ?1 AND object_id = ?2 AND deleted_at IS NULL
   AND digest IN (SELECT value FROM json_each(?3))";
 
+/// A delete drops the deleted versions' tags and the aliases naming them (store/src/tags.rs).
+const DELETE_VERSION_TAGS: &str = "DELETE FROM object_tags WHERE project_id = ?1 AND object_id = ?2
+    AND digest IN (SELECT value FROM json_each(?3))";
+const DELETE_VERSION_ALIASES: &str = "DELETE FROM object_aliases
+    WHERE project_id = ?1 AND object_id = ?2 AND digest IN (SELECT value FROM json_each(?3))";
+
 /// `/objs/query`: the project's live versions matching the filter, sorted and paged.
 fn select_objects(q: &ObjectsQuery) -> Sql {
     let mut sql = Sql::default();
@@ -105,6 +111,27 @@ fn select_objects(q: &ObjectsQuery) -> Sql {
     }
     if let Some(classes) = &q.leaf_object_classes {
         sql.push(" AND o.leaf_object_class IN ").bind_list(classes);
+    }
+    if let Some(tags) = &q.tags {
+        sql.push(
+            " AND EXISTS (SELECT 1 FROM object_tags t WHERE t.project_id = o.project_id \
+             AND t.object_id = o.object_id AND t.digest = o.digest AND t.tag IN ",
+        )
+        .bind_list(tags)
+        .push(")");
+    }
+    if let Some(aliases) = &q.aliases {
+        // Any of: a stored alias naming the version, or `latest` and the version is the latest.
+        sql.push(
+            " AND (EXISTS (SELECT 1 FROM object_aliases a WHERE a.project_id = o.project_id \
+             AND a.object_id = o.object_id AND a.digest = o.digest AND a.alias IN ",
+        )
+        .bind_list(&aliases.stored)
+        .push(")");
+        if aliases.latest {
+            sql.push(" OR ").push(IS_LATEST);
+        }
+        sql.push(")");
     }
     sql.push(" ORDER BY ");
     for (i, (field, dir)) in q.sort.iter().enumerate() {
@@ -248,9 +275,6 @@ impl ObjectStore for SqliteStore {
     }
 
     async fn query_objects(&self, q: ObjectsQuery) -> Result<Vec<ObjSchema>> {
-        if q.matches_nothing {
-            return Ok(Vec::new());
-        }
         let statement = select_objects(&q);
         self.read(move |conn| {
             let mut st = conn.prepare(&statement.text).map_err(backend)?;
@@ -269,16 +293,13 @@ impl ObjectStore for SqliteStore {
                 let live = live_versions(conn, &d.project, &d.object_id)?;
                 let doomed = objects::resolve_deletion(&d.object_id, &live, d.versions.as_deref())?;
                 let digests: Vec<&str> = doomed.iter().map(|v| v.digest.as_str()).collect();
-                conn.execute(
-                    DELETE_OBJECT_VERSIONS,
-                    params![
-                        d.project.as_str(),
-                        d.object_id,
-                        serde_json::to_string(&digests).map_err(backend)?,
-                        Micros::now().0
-                    ],
-                )
-                .map_err(backend)?;
+                let digests = serde_json::to_string(&digests).map_err(backend)?;
+                let (p, o) = (d.project.as_str(), d.object_id.as_str());
+                conn.execute(DELETE_OBJECT_VERSIONS, params![p, o, digests, Micros::now().0])
+                    .map_err(backend)?;
+                for cascade in [DELETE_VERSION_TAGS, DELETE_VERSION_ALIASES] {
+                    conn.execute(cascade, params![p, o, digests]).map_err(backend)?;
+                }
                 Ok(doomed.into_iter().map(DeletedVersion::from).collect())
             })
             .await
@@ -298,7 +319,8 @@ mod tests {
             "project_id": "e/p",
             "filter": {"object_ids": [evil], "base_object_classes": [evil],
                        "exclude_base_object_classes": [evil], "leaf_object_classes": [evil],
-                       "is_op": false, "latest_only": true},
+                       "is_op": false, "latest_only": true, "tags": [evil],
+                       "aliases": [evil, "latest"]},
             "sort_by": [{"field": "created_at", "direction": "desc"}],
             "limit": 3, "offset": 1, "metadata_only": true, "include_storage_size": true
         }))
