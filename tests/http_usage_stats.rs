@@ -329,3 +329,60 @@ async fn projects_info_and_resolve_url() {
     assert!(reason.contains("/file/content"), "{reason}");
     api.post("/files/resolve_url", &json!({"project_id": "other/a", "uris": []})).await.err(403);
 }
+
+#[tokio::test]
+async fn project_stats_counts_each_kind_of_content() {
+    const Q: &str = "ent/sizes";
+    let server = Server::start();
+    let key = server.create_entity_key("ent");
+    let api = server.client(Some(&key));
+    let stats = |flags: Value| {
+        let mut body = json!({"project_id": Q});
+        body.as_object_mut().unwrap().extend(flags.as_object().cloned().unwrap_or_default());
+        body
+    };
+    let zero = json!({"trace_storage_size_bytes": 0, "objects_storage_size_bytes": 0,
+                      "tables_storage_size_bytes": 0, "files_storage_size_bytes": 0});
+    assert_eq!(api.post("/project/stats", &stats(json!({}))).await.ok(), zero);
+
+    // About 2,000 bytes of each kind (the multi-byte `é` counts two).
+    let text = "é".repeat(1000);
+    let id = uid();
+    api.complete_calls(Q, vec![complete(Q, &id, json!({"inputs": {"q": text}}))]).await;
+    let obj = json!({"obj": {"project_id": Q, "object_id": "o", "val": {"v": text}}});
+    api.post("/obj/create", &obj).await.ok();
+    let rows: Vec<Value> = (0..4).map(|i| json!({"i": i, "v": "x".repeat(500)})).collect();
+    api.post("/table/create", &json!({"table": {"project_id": Q, "rows": rows}})).await.ok();
+    api.file_create(Q, "f.bin", &[7u8; 2000], None).await.ok();
+    server.wait_visible().await;
+
+    let all = api.post("/project/stats", &stats(json!({}))).await.ok();
+    let size = |k: &str| all[k].as_u64().unwrap_or_else(|| panic!("{k} in {all}"));
+    assert!((2000..3000).contains(&size("trace_storage_size_bytes")), "{all}");
+    assert!((2000..2100).contains(&size("objects_storage_size_bytes")), "{all}");
+    assert!((2000..2200).contains(&size("tables_storage_size_bytes")), "{all}");
+    assert_eq!(size("files_storage_size_bytes"), 2000, "{all}");
+
+    // A size not asked for reads 0; the others are unchanged.
+    let some = api
+        .post(
+            "/project/stats",
+            &stats(
+                json!({"include_trace_storage_size": false, "include_file_storage_size": false}),
+            ),
+        )
+        .await
+        .ok();
+    assert_eq!(some["trace_storage_size_bytes"], 0);
+    assert_eq!(some["files_storage_size_bytes"], 0);
+    assert_eq!(some["objects_storage_size_bytes"], all["objects_storage_size_bytes"]);
+
+    // Deleted calls store nothing any more.
+    api.post("/calls/delete", &json!({"project_id": Q, "call_ids": [id]})).await.ok();
+    server.wait_visible().await;
+    let after = api.post("/project/stats", &stats(json!({}))).await.ok();
+    assert_eq!(after["trace_storage_size_bytes"], 0, "{after}");
+    assert_eq!(after["tables_storage_size_bytes"], all["tables_storage_size_bytes"]);
+
+    api.post("/project/stats", &json!({"project_id": "other/p"})).await.err(403);
+}

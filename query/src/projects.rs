@@ -1,12 +1,14 @@
-//! `/service/projects_info` (docs/api/service.md#project-ids) and `/files/resolve_url`
-//! (docs/api/files.md#resolve-urls).
+//! `/service/projects_info` (docs/api/service.md#project-ids), `/project/stats`
+//! (docs/api/service.md#project-stats) and `/files/resolve_url` (docs/api/files.md#resolve-urls).
 
 use std::sync::Arc;
 
 use axum::Router;
+use axum::extract::State;
 use axum::routing::post;
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::ProjectId;
+use heddle_store::StorageSizes;
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -16,6 +18,7 @@ pub const MAX_PROJECT_IDS: usize = 1000;
 pub fn routes() -> Router<Arc<AppState>> {
     Router::new()
         .route("/service/projects_info", post(projects_info))
+        .route("/project/stats", post(project_stats))
         .route("/files/resolve_url", post(resolve_url))
 }
 
@@ -45,6 +48,45 @@ async fn projects_info(
         .map(|p| json!({"external_project_id": p.as_str(), "internal_project_id": p.as_str()}))
         .collect();
     Ok(axum::Json(Value::Array(infos)))
+}
+
+#[derive(Debug, Deserialize)]
+struct ProjectStatsReq {
+    project_id: ProjectId,
+    include_trace_storage_size: Option<bool>,
+    include_object_storage_size: Option<bool>,
+    include_table_storage_size: Option<bool>,
+    include_file_storage_size: Option<bool>,
+}
+
+/// The bytes a project stores per kind of content. Each size is included unless its flag is
+/// `false` (then it reads 0), as on the hosted service.
+async fn project_stats(
+    State(state): State<Arc<AppState>>,
+    who: Principal,
+    Json(req): Json<ProjectStatsReq>,
+) -> Result<axum::Json<Value>, ApiError> {
+    who.check(&req.project_id)?;
+    let wanted = |flag: Option<bool>| flag != Some(false);
+    let sizes = if wanted(req.include_trace_storage_size)
+        || wanted(req.include_object_storage_size)
+        || wanted(req.include_table_storage_size)
+    {
+        state.store.storage_sizes(&req.project_id).await?
+    } else {
+        StorageSizes::default()
+    };
+    let files = match wanted(req.include_file_storage_size) {
+        true => state.store.files_size(&req.project_id).await?,
+        false => 0,
+    };
+    let pick = |flag: Option<bool>, n: u64| if wanted(flag) { n } else { 0 };
+    Ok(axum::Json(json!({
+        "trace_storage_size_bytes": pick(req.include_trace_storage_size, sizes.traces),
+        "objects_storage_size_bytes": pick(req.include_object_storage_size, sizes.objects),
+        "tables_storage_size_bytes": pick(req.include_table_storage_size, sizes.tables),
+        "files_storage_size_bytes": files,
+    })))
 }
 
 #[derive(Debug, Deserialize)]

@@ -316,6 +316,9 @@ impl ThreadStore for Composite {
 
 #[async_trait]
 impl ProjectStore for Composite {
+    async fn storage_sizes(&self, project: &ProjectId) -> Result<crate::StorageSizes> {
+        self.projects.storage_sizes(project).await
+    }
     async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<ProjectInfo>> {
         self.projects.list_projects(entity, limit).await
     }

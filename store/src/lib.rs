@@ -38,7 +38,7 @@ pub use self::files::FileStore;
 pub use self::health::Health;
 pub use self::keys::{KEY_ID_LEN, KeyInfo, KeyRecord, KeyStore, key_id, parse_key_id};
 pub use self::objects::{NewObject, ObjectStore};
-pub use self::projects::{ProjectInfo, ProjectStore};
+pub use self::projects::{ProjectInfo, ProjectStore, StorageSizes};
 pub use self::tables::{NewTable, StoredRow, TableSlice, TableStore};
 pub use self::tags::{Labels, TagStore, VersionKey};
 pub use self::threads::ThreadStore;

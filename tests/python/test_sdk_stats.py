@@ -1,6 +1,6 @@
 """Usage and statistics through the real weave SDK's server client (docs/api/usage.md,
 docs/api/feedback.md#feedback-statistics, docs/api/service.md): `trace_usage`, `calls_usage`,
-`call_stats`, `feedback_stats`, `feedback_payload_schema` and `projects_info`, each writing
+`call_stats`, `feedback_stats`, `feedback_payload_schema`, `projects_info` and `project_stats`, each writing
 calls or feedback first and comparing exact numbers read back.
 
 The Vercel AI SDK shape — an `ai.generateText` wrapper span and its `ai.generateText.doGenerate`
@@ -141,3 +141,26 @@ def test_projects_info_names_the_project(client: Any) -> None:
     pid = _pid(client)
     infos = client.server.projects_info({"project_ids": [pid]})
     assert [(i.external_project_id, i.internal_project_id) for i in infos] == [(pid, pid)]
+
+
+def test_project_stats_count_what_was_written(server: HeddleServer, client: Any) -> None:
+    pid = _pid(client)
+    before = client.server.project_stats({"project_id": pid})
+    weave.publish({"text": "x" * 5000}, name="big-object")
+    llm.call("y" * 3000, 1)
+    client.flush()
+    server.wait_visible()
+    after = client.server.project_stats({"project_id": pid})
+    assert after.objects_storage_size_bytes - before.objects_storage_size_bytes >= 5000
+    assert after.trace_storage_size_bytes - before.trace_storage_size_bytes >= 3000
+    only_files = client.server.project_stats(
+        {
+            "project_id": pid,
+            "include_trace_storage_size": False,
+            "include_object_storage_size": False,
+            "include_table_storage_size": False,
+        }
+    )
+    assert only_files.trace_storage_size_bytes == 0
+    assert only_files.objects_storage_size_bytes == 0
+    assert only_files.files_storage_size_bytes == after.files_storage_size_bytes

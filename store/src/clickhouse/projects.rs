@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use super::sql::{Param, Sql};
 use super::{ClickHouseStore, backend};
-use crate::{ProjectInfo, ProjectStore, Result};
+use crate::{ProjectInfo, ProjectStore, Result, StorageSizes};
 
 #[derive(Debug, Row, Deserialize)]
 struct ProjectRow {
@@ -39,8 +39,37 @@ fn select_projects(entity: Option<&str>, limit: u64) -> Sql {
     q
 }
 
+/// Content bytes per resource, as written: every stored part of the project's calls that are not
+/// deleted (a call sent as start and end counts both halves once each), live object versions,
+/// and table rows. One statement each, `?` standing for the project.
+const SIZES: [&str; 3] = [
+    "SELECT toUInt64(sum(length(attributes) + length(inputs) + length(ifNull(output, '')) \
+       + length(summary) + length(ifNull(exception, '')) + length(ifNull(otel_dump, '')))) \
+     FROM call_parts WHERE project_id = ? AND kind = 'part' \
+     AND id NOT IN (SELECT id FROM call_parts WHERE project_id = ? AND kind = 'delete')",
+    "SELECT toUInt64(sum(length(val))) FROM objects FINAL \
+     WHERE project_id = ? AND deleted_at IS NULL",
+    "SELECT toUInt64(sum(size_bytes)) FROM table_rows FINAL WHERE project_id = ?",
+];
+
 #[async_trait]
 impl ProjectStore for ClickHouseStore {
+    async fn storage_sizes(&self, project: &ProjectId) -> Result<StorageSizes> {
+        let mut sizes = [0u64; 3];
+        for (size, text) in sizes.iter_mut().zip(SIZES) {
+            let mut q = Sql::new("");
+            for (i, piece) in text.split('?').enumerate() {
+                if i > 0 {
+                    q.bind_str(project.as_str());
+                }
+                q.push(piece);
+            }
+            *size = q.query(&self.client).fetch_one().await.map_err(backend)?;
+        }
+        let [traces, objects, tables] = sizes;
+        Ok(StorageSizes { traces, objects, tables })
+    }
+
     async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<ProjectInfo>> {
         let rows: Vec<ProjectRow> = select_projects(entity, limit)
             .query(&self.client)

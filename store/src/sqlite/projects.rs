@@ -1,5 +1,5 @@
-//! Projects on SQLite: one pass over the live-calls index (`calls_live_by_start`), which holds
-//! every column the aggregation needs.
+//! Projects on SQLite: the list is one pass over the live-calls index (`calls_live_by_start`),
+//! which holds every column the aggregation needs; storage sizes sum the content columns' bytes.
 
 use async_trait::async_trait;
 use heddle_proto::ProjectId;
@@ -8,7 +8,7 @@ use rusqlite::params;
 
 use super::SqliteStore;
 use super::writer::backend;
-use crate::{ProjectInfo, ProjectStore, Result};
+use crate::{ProjectInfo, ProjectStore, Result, StorageSizes};
 
 /// `?1`/`?2` bound the project ids to one entity (`entity/` up to `entity0`: `0` follows `/`).
 const LIST: &str = "SELECT project_id, COUNT(*), MAX(started_at) FROM calls \
@@ -16,8 +16,36 @@ const LIST: &str = "SELECT project_id, COUNT(*), MAX(started_at) FROM calls \
                     AND project_id >= ?1 AND project_id < ?2 \
                     GROUP BY project_id ORDER BY 3 DESC, 1 LIMIT ?3";
 
+/// Content bytes per resource (`octet_length`: bytes, where `length` counts characters).
+const SIZES: &str = "SELECT \
+    (SELECT COALESCE(SUM(COALESCE(octet_length(attributes), 0) + COALESCE(octet_length(inputs), 0) \
+        + COALESCE(octet_length(output), 0) + COALESCE(octet_length(summary), 0) \
+        + COALESCE(octet_length(exception), 0) + COALESCE(octet_length(otel_dump), 0)), 0) \
+     FROM calls WHERE project_id = ?1 AND deleted_at IS NULL), \
+    (SELECT COALESCE(SUM(octet_length(val)), 0) FROM objects \
+     WHERE project_id = ?1 AND deleted_at IS NULL), \
+    (SELECT COALESCE(SUM(size_bytes), 0) FROM table_rows WHERE project_id = ?1)";
+
 #[async_trait]
 impl ProjectStore for SqliteStore {
+    async fn storage_sizes(&self, project: &ProjectId) -> Result<StorageSizes> {
+        let project = project.as_str().to_owned();
+        self.read(move |conn| {
+            conn.prepare_cached(SIZES)
+                .and_then(|mut st| {
+                    st.query_row(params![project], |r| {
+                        Ok(StorageSizes {
+                            traces: r.get::<_, i64>(0)? as u64,
+                            objects: r.get::<_, i64>(1)? as u64,
+                            tables: r.get::<_, i64>(2)? as u64,
+                        })
+                    })
+                })
+                .map_err(backend)
+        })
+        .await
+    }
+
     async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<ProjectInfo>> {
         let (lo, hi) = match entity {
             Some(e) => (format!("{e}/"), format!("{e}0")),
