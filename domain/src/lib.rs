@@ -4,8 +4,12 @@
 //! - [`expansion`]: `expand_columns` of calls queries — the plan that splits a query into SQL and
 //!   work on expanded rows, and the call values those rows are evaluated on;
 //! - [`prices`]: the prices of a project's calls and the costs they give a call's token usage;
+//! - [`redaction`]: the sensitive-data rule every write path applies under the `pii-v1` policy;
+//! - [`sampling`]: which traces ingest sampling keeps;
 //! - [`thread_stats`]: the statistics of a thread's turns.
 
 pub mod expansion;
 pub mod prices;
+pub mod redaction;
+pub mod sampling;
 pub mod thread_stats;

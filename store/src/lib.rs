@@ -1,6 +1,6 @@
 //! Storage behind one interface per resource. The embedded backend is SQLite; the distributed
 //! backend is ClickHouse. Each resource (calls, objects, files, tables, feedback, costs,
-//! threads, projects, keys, blobs) has its own trait in a module named for it; [`Store`] is the
+//! threads, projects, project settings, keys, blobs) has its own trait in a module named for it; [`Store`] is the
 //! sum of them, so a server holds one `Arc<dyn Store>` while code that needs one resource can
 //! ask for that trait alone. The traits speak in validated proto types (call parts in, calls out;
 //! content-addressed objects and files), never in SQL, so a backend is free to lay out its
@@ -17,6 +17,7 @@ pub mod files;
 pub mod health;
 pub mod keys;
 pub mod objects;
+pub mod project_settings;
 pub mod projects;
 pub mod tables;
 pub mod threads;
@@ -35,6 +36,7 @@ pub use self::files::FileStore;
 pub use self::health::Health;
 pub use self::keys::{KEY_ID_LEN, KeyInfo, KeyRecord, KeyStore, key_id, parse_key_id};
 pub use self::objects::{NewObject, ObjectStore};
+pub use self::project_settings::{ProjectSettingsStore, Purged};
 pub use self::projects::{ProjectInfo, ProjectStore};
 pub use self::tables::{NewTable, StoredRow, TableSlice, TableStore};
 pub use self::threads::ThreadStore;
@@ -43,7 +45,7 @@ pub use self::threads::ThreadStore;
 pub mod prelude {
     pub use crate::{
         BlobStore, CallStore, CostStore, FeedbackStore, FileStore, Health, KeyStore, ObjectStore,
-        ProjectStore, Store, TableStore, ThreadStore,
+        ProjectSettingsStore, ProjectStore, Store, TableStore, ThreadStore,
     };
 }
 
@@ -58,6 +60,7 @@ pub trait Store:
     + CostStore
     + ThreadStore
     + ProjectStore
+    + ProjectSettingsStore
     + KeyStore
     + BlobStore
     + Health
@@ -74,6 +77,7 @@ impl<T> Store for T where
         + CostStore
         + ThreadStore
         + ProjectStore
+        + ProjectSettingsStore
         + KeyStore
         + BlobStore
         + Health

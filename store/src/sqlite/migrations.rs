@@ -15,6 +15,9 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_key_revocation.sql"),
     include_str!("migrations/0008_blobs.sql"),
     include_str!("migrations/0009_filter_indexes.sql"),
+    // Numbered 0014: 0010-0013 are taken by changes made alongside; its statements are
+    // idempotent, so it may run after any of them.
+    include_str!("migrations/0014_project_settings.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -67,6 +70,7 @@ mod tests {
                 "heddle_health",
                 "llm_token_prices",
                 "objects",
+                "project_settings",
                 "table_rows",
                 "tables"
             ]
