@@ -42,10 +42,11 @@ fn select_settings(project: &str) -> Sql {
     sql
 }
 
-/// `(project_id, value)` of every project's newest retention setting, as `NameValueRow`.
-const RETENTION_PROJECTS: &str = "SELECT project_id AS name, argMax(value, version) AS value \
-    FROM project_settings WHERE name = 'retention_days' GROUP BY project_id \
-    HAVING value != 'null' ORDER BY project_id";
+/// `(project_id, value)` of every project's newest retention setting, as `NameValueRow`. The
+/// newest value is named apart from the column (`v`), so the filter reads the aggregate.
+const RETENTION_PROJECTS: &str = "SELECT project_id AS name, v AS value FROM (\
+    SELECT project_id, argMax(value, version) AS v FROM project_settings \
+    WHERE name = 'retention_days' GROUP BY project_id) WHERE v != 'null' ORDER BY name";
 
 fn before(sql: &mut Sql, column: &str, cutoff: Micros) {
     sql.push(" AND ").push(column).push(" < fromUnixTimestamp64Micro(");
