@@ -46,6 +46,7 @@ async fn migrations_apply_once_and_are_idempotent() {
             "heddle_schema_migrations",
             "llm_token_prices",
             "objects",
+            "project_settings",
             "table_rows",
             "tables"
         ]
