@@ -110,7 +110,7 @@ fn luhn_ok(s: &str) -> bool {
         .enumerate()
         .map(|(i, &x)| if i % 2 == 1 { if x * 2 > 9 { x * 2 - 9 } else { x * 2 } } else { x })
         .sum();
-    sum % 10 == 0
+    sum.is_multiple_of(10)
 }
 
 /// Presidio's invalid SSNs: area 000, 666 or 9xx, group 00, serial 0000.
