@@ -175,3 +175,74 @@ pub async fn prepare_parts(
         .await
         .map_err(|e| ApiError::Internal(format!("redacting call parts failed: {e}")))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    use heddle_proto::project_settings::{ProjectSetting, Sampling};
+    use heddle_proto::time::Micros;
+    use heddle_store::sqlite::{SqliteOptions, SqliteStore};
+    use heddle_store::{Composite, ProjectSettingsStore, Purged};
+
+    use super::*;
+
+    /// The store's project settings, counting the reads.
+    struct Counting(Arc<SqliteStore>, AtomicUsize);
+
+    #[async_trait::async_trait]
+    impl ProjectSettingsStore for Counting {
+        async fn project_settings(&self, p: &ProjectId) -> heddle_store::Result<ProjectSettings> {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            self.0.project_settings(p).await
+        }
+        async fn set_project_setting(
+            &self,
+            p: &ProjectId,
+            s: ProjectSetting,
+        ) -> heddle_store::Result<()> {
+            self.0.set_project_setting(p, s).await
+        }
+        async fn retention_projects(&self) -> heddle_store::Result<Vec<(ProjectId, i64)>> {
+            self.0.retention_projects().await
+        }
+        async fn purge_expired(
+            &self,
+            p: &ProjectId,
+            cutoff: Micros,
+            limit: u64,
+        ) -> heddle_store::Result<Purged> {
+            self.0.purge_expired(p, cutoff, limit).await
+        }
+    }
+
+    #[tokio::test]
+    async fn settings_are_read_once_per_ttl_and_forgotten_on_update() {
+        let dir = tempfile::tempdir().unwrap();
+        let sqlite = Arc::new(SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap());
+        let counting = Arc::new(Counting(sqlite.clone(), AtomicUsize::new(0)));
+        let mut composite = Composite::of(sqlite);
+        composite.project_settings = counting.clone();
+        let store: Arc<dyn Store> = Arc::new(composite);
+        let p = ProjectId::parse("e/p").unwrap();
+        let reads = || counting.1.load(Ordering::SeqCst);
+
+        let cache = SettingsCache::new(store.clone(), Duration::from_secs(3600));
+        for _ in 0..100 {
+            assert_eq!(cache.get(&p).await.unwrap(), ProjectSettings::default());
+        }
+        assert_eq!(reads(), 1, "one store read for many requests");
+        let half = Sampling { sample_rate: 0.5, dry_run: false };
+        store.set_project_setting(&p, ProjectSetting::Sampling(half)).await.unwrap();
+        assert_eq!(cache.get(&p).await.unwrap().sampling.sample_rate, 1.0, "cached within TTL");
+        cache.forget(&p);
+        assert_eq!(cache.get(&p).await.unwrap().sampling, half);
+        assert_eq!(reads(), 2);
+
+        // With no TTL every request reads the store.
+        let uncached = SettingsCache::new(store, Duration::ZERO);
+        uncached.get(&p).await.unwrap();
+        uncached.get(&p).await.unwrap();
+        assert_eq!(reads(), 4);
+    }
+}
