@@ -19,6 +19,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod keys;
 mod net;
+mod retention;
 mod roles;
 mod server;
 
@@ -297,6 +298,12 @@ struct HttpArgs {
     /// Seconds a connection with no request in progress stays open.
     #[arg(long, env = "HEDDLE_HTTP_IDLE_TIMEOUT_SECS", default_value = "60", value_parser = secs)]
     http_idle_timeout_secs: Duration,
+    /// Seconds between two runs of the retention purge, which deletes what projects' retention
+    /// settings expire (docs/storage.md#retention); run by the roles that serve queries, and
+    /// once at start. 0: never.
+    #[arg(long, env = "HEDDLE_RETENTION_INTERVAL_SECS", default_value = "3600",
+          value_parser = secs_or_zero)]
+    retention_interval_secs: Duration,
 }
 
 impl HttpArgs {
@@ -511,6 +518,9 @@ async fn serve(
         max_body_bytes: args.max_body_bytes,
         memory_budget_bytes: args.memory_budget_bytes,
     };
+    if roles.query && !args.retention_interval_secs.is_zero() {
+        tokio::spawn(retention::run(store.clone(), args.retention_interval_secs));
+    }
     let (app, otlp_ingest) =
         server::app(store, sink, admin_key.as_deref(), body_limits, geoip, roles);
     println!("heddle listening on {url}");

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::http::{Request, header};
 use axum::response::{IntoResponse, Response};
@@ -67,9 +67,14 @@ pub fn app(
     if let Some(otlp) = &otlp {
         router = router.merge(heddle_ingest::otlp::routes(otlp.clone()));
     }
-    if let Some(metrics) = roles.metrics {
-        let render = move |_: Principal| {
-            let text = metrics.render();
+    if roles.metrics.is_some() || roles.ingest {
+        // The pipeline's metrics (Kafka roles) and ingest's own (sampling).
+        let (pipeline, ingest) = (roles.metrics, roles.ingest);
+        let render = move |State(state): State<Arc<AppState>>, _: Principal| {
+            let mut text = pipeline.as_ref().map(|m| m.render()).unwrap_or_default();
+            if ingest {
+                text.push_str(&state.ingest_metrics.render());
+            }
             async move { ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text) }
         };
         router = router.route("/metrics", get(render));

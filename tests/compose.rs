@@ -64,6 +64,11 @@ const QUERY_PATHS: &[&str] = &[
     "/evaluations/rescore",
     "/evaluations/status",
     "/calls/score",
+    // Project settings: written by the query role, read by ingest from the store.
+    "/project/ttl_settings/update",
+    "/project/sensitive_data_settings",
+    "/project/sensitive_data_settings/update",
+    "/project/ingest_sampling_settings/read",
     // The web UI (routes declared in `ui/src` are added too): the links the SDK prints, also
     // for an entity named like an API prefix.
     "/acme/demo/weave",

@@ -5,10 +5,12 @@ pub mod auth;
 pub mod budget;
 pub mod error;
 pub mod extract;
+pub mod settings;
 pub mod state;
 
 pub use auth::{Auth, Principal};
 pub use budget::MemoryBudget;
 pub use error::ApiError;
 pub use extract::{EncodedBody, Encoding, Json, RawBody, admit_and_decode, blocking};
+pub use settings::{IngestMetrics, SettingsCache};
 pub use state::{AppState, BodyLimits};

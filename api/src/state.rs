@@ -3,6 +3,7 @@ use std::sync::Arc;
 use heddle_pipeline::{Sink, StoreSink};
 use heddle_store::Store;
 
+use crate::settings::{IngestMetrics, SETTINGS_CACHE_TTL, SettingsCache};
 use crate::{Auth, MemoryBudget};
 
 /// What every handler can reach.
@@ -16,6 +17,10 @@ pub struct AppState {
     /// Memory for decoding bodies and building answers, shared by all requests
     /// (`crate::budget`).
     pub memory_budget: MemoryBudget,
+    /// Project settings (retention, redaction, sampling), cached (`crate::settings`).
+    pub settings: SettingsCache,
+    /// Ingest's metrics (sampling), at `/metrics`.
+    pub ingest_metrics: IngestMetrics,
 }
 
 /// How much requests may cost: each body's size, and the memory all requests' decoding and
@@ -51,6 +56,8 @@ impl AppState {
     ) -> Arc<AppState> {
         Arc::new(AppState {
             auth: Auth::new(store.clone(), admin_key),
+            settings: SettingsCache::new(store.clone(), SETTINGS_CACHE_TTL),
+            ingest_metrics: IngestMetrics::new(),
             sink: sink.unwrap_or_else(|| Arc::new(StoreSink(store.clone()))),
             store,
             max_body_bytes: limits.max_body_bytes,

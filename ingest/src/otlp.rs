@@ -13,6 +13,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Router};
+use heddle_api::settings::prepare_parts;
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
 use heddle_proto::ProjectId;
 use heddle_proto::otlp::{self, op};
@@ -133,8 +134,12 @@ impl OtlpIngest {
         }
         self.ensure_ops(&converted.ops, who.user_id()).await?;
         let response = converted.response();
-        if !converted.parts.is_empty() {
-            self.state.sink.write(converted.parts).await?;
+        // Sampling and redaction (docs/api/project-settings.md) before anything is written.
+        let parts =
+            prepare_parts(&self.state.settings, &self.state.ingest_metrics, converted.parts)
+                .await?;
+        if !parts.is_empty() {
+            self.state.sink.write(parts).await?;
         }
         Ok(response)
     }

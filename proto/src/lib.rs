@@ -12,6 +12,7 @@ pub mod ids;
 pub mod limits;
 pub mod objects;
 pub mod otlp;
+pub mod project_settings;
 pub mod record;
 pub mod refs;
 pub mod tables;

@@ -14,7 +14,9 @@ use futures::StreamExt;
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_domain::expansion::{Planned, for_count, plan};
 use heddle_domain::prices::PriceBook;
+use heddle_domain::redaction;
 use heddle_proto::calls::{CallReadReq, CallUpdateReq, CallsDeleteReq, CallsFilter, CallsQueryReq};
+use heddle_proto::project_settings::SensitiveDataPolicy;
 use serde_json::{Value, json};
 
 use crate::expand;
@@ -50,8 +52,12 @@ async fn read(
         include_feedback: None,
         include_costs: None,
     };
+    let settings = state.settings.get(&q.project_id).await?;
     let mut rows = state.store.query_calls(q.validate()?).await?;
-    let call = rows.next().await.transpose()?;
+    let call = rows.next().await.transpose()?.map(|mut call| {
+        call.expire_at = settings.expire_at(call.started_at);
+        call
+    });
     Ok(axum::Json(json!({ "call": call })))
 }
 
@@ -98,7 +104,17 @@ async fn stream_query(
             return Ok(resp);
         }
     };
+    // `expire_at`: when the project's retention will purge the call (docs/storage.md#retention).
+    let settings = state.settings.get(&project).await?;
     let mut rows = state.store.query_calls(q).await?;
+    if settings.retention_days.is_some() {
+        rows = Box::pin(rows.map(move |row| {
+            row.map(|mut call| {
+                call.expire_at = settings.expire_at(call.started_at);
+                call
+            })
+        }));
+    }
     if include_costs {
         // `summary.weave.costs` is derived per row after the read, with the project's prices
         // loaded once per request (heddle_proto::costs).
@@ -171,6 +187,12 @@ async fn update(
     if req.call_id.is_empty() {
         return Err(ApiError::bad_request("call_id must not be empty"));
     }
+    // A display name is user text like any other: the sensitive-data policy applies.
+    let settings = state.settings.get(&req.project_id).await?;
+    let name = match settings.sensitive_data {
+        SensitiveDataPolicy::PiiV1 => redaction::redact_display_name(&name),
+        SensitiveDataPolicy::Off => name,
+    };
     state.store.set_call_display_name(&req.project_id, &req.call_id, &name).await?;
     Ok(axum::Json(json!({})))
 }

@@ -9,12 +9,14 @@ use axum::Router;
 use axum::extract::State;
 use axum::routing::post;
 use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_domain::redaction;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::Call;
 use heddle_proto::feedback::{
     CreateError, FeedbackBatchCreateReq, FeedbackCreateReq, FeedbackPurgeReq, FeedbackQueryReq,
     FeedbackReplaceReq, MAX_BATCH, NewFeedback, project_row, purge_ids,
 };
+use heddle_proto::project_settings::SensitiveDataPolicy;
 use heddle_proto::time::Micros;
 use heddle_store::Store;
 use serde_json::{Map, Value, json};
@@ -44,13 +46,27 @@ fn validate(who: &Principal, req: FeedbackCreateReq, item: bool) -> Result<NewFe
     req.into_new(who.user_id(), Micros::now()).map_err(|e| create_error(e, item))
 }
 
+/// Applies each project's sensitive-data policy (docs/api/project-settings.md#redaction) to
+/// validated rows, before they are stored.
+async fn redacted(
+    state: &AppState,
+    mut items: Vec<NewFeedback>,
+) -> Result<Vec<NewFeedback>, ApiError> {
+    for f in &mut items {
+        if state.settings.get(&f.project).await?.sensitive_data == SensitiveDataPolicy::PiiV1 {
+            redaction::redact_feedback(f);
+        }
+    }
+    Ok(items)
+}
+
 async fn create(
     State(state): State<Arc<AppState>>,
     who: Principal,
     Json(req): Json<FeedbackCreateReq>,
 ) -> Result<axum::Json<Value>, ApiError> {
-    let new = validate(&who, req, false)?;
-    let stored = state.store.create_feedback(vec![new]).await?;
+    let new = redacted(&state, vec![validate(&who, req, false)?]).await?;
+    let stored = state.store.create_feedback(new).await?;
     Ok(axum::Json(stored[0].create_result()))
 }
 
@@ -70,7 +86,7 @@ async fn batch_create(
         .into_iter()
         .map(|item| validate(&who, item, true))
         .collect::<Result<Vec<_>, _>>()?;
-    let stored = state.store.create_feedback(items).await?;
+    let stored = state.store.create_feedback(redacted(&state, items).await?).await?;
     let res: Vec<Value> = stored.iter().map(|f| f.create_result()).collect();
     Ok(axum::Json(json!({ "res": res })))
 }
@@ -118,8 +134,9 @@ async fn replace(
     if req.feedback_id.is_empty() {
         return Err(ApiError::bad_request("feedback_id must not be empty"));
     }
-    state.store.purge_feedback(&new.project, &[req.feedback_id]).await?;
-    let stored = state.store.create_feedback(vec![new]).await?;
+    let new = redacted(&state, vec![new]).await?;
+    state.store.purge_feedback(&new[0].project, &[req.feedback_id]).await?;
+    let stored = state.store.create_feedback(new).await?;
     Ok(axum::Json(stored[0].create_result()))
 }
 

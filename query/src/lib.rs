@@ -17,6 +17,7 @@ mod feedback_stats;
 mod files;
 mod graphql;
 mod objects;
+mod project_settings;
 mod projects;
 mod refs;
 mod service;
@@ -47,6 +48,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(usage::routes())
         .merge(feedback_stats::routes())
         .merge(projects::routes())
+        .merge(project_settings::routes())
 }
 
 /// Routes that need no API key.

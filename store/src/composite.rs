@@ -15,13 +15,14 @@ use heddle_proto::calls::{CallPart, CallsQuery};
 use heddle_proto::costs::CostRecord;
 use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
 use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
+use heddle_proto::project_settings::{ProjectSetting, ProjectSettings};
 use heddle_proto::threads::{Thread, ThreadsQuery};
 use heddle_proto::time::Micros;
 
 use crate::prelude::*;
 use crate::{
     Added, CallStream, KeyInfo, KeyRecord, Labels, NewObject, NewTable, Progress, ProjectInfo,
-    Result, StoredRow, TableSlice, VersionKey,
+    Purged, Result, StoredRow, TableSlice, VersionKey,
 };
 
 /// Each resource served by its own implementation.
@@ -37,6 +38,7 @@ pub struct Composite {
     pub costs: Arc<dyn CostStore>,
     pub threads: Arc<dyn ThreadStore>,
     pub projects: Arc<dyn ProjectStore>,
+    pub project_settings: Arc<dyn ProjectSettingsStore>,
     pub keys: Arc<dyn KeyStore>,
     pub blobs: Arc<dyn BlobStore>,
     pub health: Arc<dyn Health>,
@@ -56,6 +58,7 @@ impl Composite {
             costs: store.clone(),
             threads: store.clone(),
             projects: store.clone(),
+            project_settings: store.clone(),
             keys: store.clone(),
             blobs: store.clone(),
             health: store,
@@ -321,6 +324,31 @@ impl ProjectStore for Composite {
     }
     async fn list_projects(&self, entity: Option<&str>, limit: u64) -> Result<Vec<ProjectInfo>> {
         self.projects.list_projects(entity, limit).await
+    }
+}
+
+#[async_trait]
+impl ProjectSettingsStore for Composite {
+    async fn project_settings(&self, project: &ProjectId) -> Result<ProjectSettings> {
+        self.project_settings.project_settings(project).await
+    }
+    async fn set_project_setting(
+        &self,
+        project: &ProjectId,
+        setting: ProjectSetting,
+    ) -> Result<()> {
+        self.project_settings.set_project_setting(project, setting).await
+    }
+    async fn retention_projects(&self) -> Result<Vec<(ProjectId, i64)>> {
+        self.project_settings.retention_projects().await
+    }
+    async fn purge_expired(
+        &self,
+        project: &ProjectId,
+        cutoff: Micros,
+        limit: u64,
+    ) -> Result<Purged> {
+        self.project_settings.purge_expired(project, cutoff, limit).await
     }
 }
 

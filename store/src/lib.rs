@@ -1,6 +1,7 @@
 //! Storage behind one interface per resource. The embedded backend is SQLite; the distributed
 //! backend is ClickHouse. Each resource (calls, objects, tags and aliases, annotation queues,
-//! files, tables, feedback, costs, threads, projects, keys, blobs) has its own trait in a module named for it; [`Store`] is the
+//! files, tables, feedback, costs, threads, projects, project settings, keys, blobs) has its own
+//! trait in a module named for it; [`Store`] is the
 //! sum of them, so a server holds one `Arc<dyn Store>` while code that needs one resource can
 //! ask for that trait alone. The traits speak in validated proto types (call parts in, calls out;
 //! content-addressed objects and files), never in SQL, so a backend is free to lay out its
@@ -18,6 +19,7 @@ pub mod files;
 pub mod health;
 pub mod keys;
 pub mod objects;
+pub mod project_settings;
 pub mod projects;
 pub mod tables;
 pub mod tags;
@@ -38,6 +40,7 @@ pub use self::files::FileStore;
 pub use self::health::Health;
 pub use self::keys::{KEY_ID_LEN, KeyInfo, KeyRecord, KeyStore, key_id, parse_key_id};
 pub use self::objects::{NewObject, ObjectStore};
+pub use self::project_settings::{ProjectSettingsStore, Purged};
 pub use self::projects::{ProjectInfo, ProjectStore, StorageSizes};
 pub use self::tables::{NewTable, StoredRow, TableSlice, TableStore};
 pub use self::tags::{Labels, TagStore, VersionKey};
@@ -47,7 +50,8 @@ pub use self::threads::ThreadStore;
 pub mod prelude {
     pub use crate::{
         AnnotationQueueStore, BlobStore, CallStore, CostStore, FeedbackStore, FileStore, Health,
-        KeyStore, ObjectStore, ProjectStore, Store, TableStore, TagStore, ThreadStore,
+        KeyStore, ObjectStore, ProjectSettingsStore, ProjectStore, Store, TableStore, TagStore,
+        ThreadStore,
     };
 }
 
@@ -64,6 +68,7 @@ pub trait Store:
     + CostStore
     + ThreadStore
     + ProjectStore
+    + ProjectSettingsStore
     + KeyStore
     + BlobStore
     + Health
@@ -82,6 +87,7 @@ impl<T> Store for T where
         + CostStore
         + ThreadStore
         + ProjectStore
+        + ProjectSettingsStore
         + KeyStore
         + BlobStore
         + Health

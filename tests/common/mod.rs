@@ -165,6 +165,17 @@ impl Server {
         self.mode
     }
 
+    /// The server's ClickHouse (ClickHouse and distributed modes): its URL and database.
+    pub fn clickhouse(&self) -> Option<(&str, &str)> {
+        let ch = self.clickhouse.as_ref()?;
+        Some((&ch.url, ch.database.as_deref().unwrap_or("default")))
+    }
+
+    /// The server's Kafka bootstrap servers (distributed mode).
+    pub fn kafka_brokers(&self) -> Option<&str> {
+        self.kafka.as_ref().map(|k| k.brokers.as_str())
+    }
+
     /// The barrier for the current process (distributed mode only).
     fn new_visibility(&self, restarted: bool) -> Option<Arc<visibility::Visibility>> {
         let kafka = self.kafka.as_ref()?;

@@ -25,6 +25,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (8, include_str!("migrations/0008_blobs.sql")),
     (10, include_str!("migrations/0010_tags_aliases.sql")),
     (11, include_str!("migrations/0011_annotation_queues.sql")),
+    (12, include_str!("migrations/0012_project_settings.sql")),
 ];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

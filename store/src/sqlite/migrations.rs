@@ -17,6 +17,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0009_filter_indexes.sql"),
     include_str!("migrations/0010_tags_aliases.sql"),
     include_str!("migrations/0011_annotation_queues.sql"),
+    include_str!("migrations/0012_project_settings.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -74,6 +75,7 @@ mod tests {
                 "object_aliases",
                 "object_tags",
                 "objects",
+                "project_settings",
                 "table_rows",
                 "tables"
             ]
