@@ -70,7 +70,7 @@ HEDDLE_TEST_STORE=clickhouse cargo test --test http_calls --test http_objects_fi
     --test http_objects_query --test http_tables_refs --test http_expand --test http_otlp \
     --test http_feedback --test http_costs_threads --test http_service_auth --test restart \
     --test adversarial_input --test keys --test large_calls --test http_tags_aliases \
-    --test http_annotation_queues
+    --test http_annotation_queues --test http_agents --test http_usage_stats --test project_settings
 
 step "HTTP conformance tests on the distributed store (Kafka + ClickHouse)"
 # Every server gets its own tansu broker and ClickHouse and runs `serve --kafka --clickhouse`;
@@ -79,7 +79,7 @@ HEDDLE_TEST_STORE=distributed cargo test --test http_calls --test http_objects_f
     --test http_objects_query --test http_tables_refs --test http_expand --test http_otlp \
     --test http_feedback --test http_costs_threads --test http_service_auth --test restart \
     --test adversarial_input --test keys --test large_calls --test http_tags_aliases \
-    --test http_annotation_queues
+    --test http_annotation_queues --test http_agents --test http_usage_stats --test project_settings
 
 step "real-client tests (weave SDK)"
 HEDDLE_BIN="$PWD/target/debug/heddle" "$venv/bin/python" -m pytest tests/python -q -p no:cacheprovider
