@@ -11,8 +11,8 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
-use axum::http::{HeaderMap, HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::routing::{get, post};
 use futures::StreamExt;
 use heddle_api::{ApiError, AppState, Json, Principal};
@@ -69,18 +69,7 @@ async fn list(
 ) -> Result<Response, ApiError> {
     who.check(&req.project_id)?;
     let queues = state.store.query_queues(req.validate()?).await?;
-    let mut buf = Vec::with_capacity(queues.len() * 256);
-    for q in &queues {
-        serde_json::to_writer(&mut buf, q).map_err(|e| ApiError::Internal(e.to_string()))?;
-        buf.push(b'\n');
-    }
-    let content_type = match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
-        Some(a) if a.contains("ndjson") => "application/x-ndjson",
-        _ => "application/jsonl",
-    };
-    let mut resp = buf.into_response();
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    Ok(resp)
+    crate::jsonl::response(&headers, &queues)
 }
 
 fn queue_answer(q: Option<Queue>, id: &str) -> Result<axum::Json<Value>, ApiError> {

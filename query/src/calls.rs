@@ -70,10 +70,7 @@ async fn stream_query(
     Json(req): Json<CallsQueryReq>,
 ) -> Result<Response, ApiError> {
     who.check(&req.project_id)?;
-    let content_type = match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
-        Some(a) if a.contains("ndjson") => "application/x-ndjson",
-        _ => "application/jsonl",
-    };
+    let content_type = crate::jsonl::content_type(&headers);
     let include_feedback = req.include_feedback == Some(true);
     let include_costs = req.include_costs == Some(true);
     let project = req.project_id.clone();

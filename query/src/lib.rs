@@ -16,6 +16,7 @@ mod feedback;
 mod feedback_stats;
 mod files;
 mod graphql;
+mod jsonl;
 mod objects;
 mod project_settings;
 mod projects;

@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{HeaderMap, HeaderValue, header};
-use axum::response::{IntoResponse, Response};
+use axum::http::HeaderMap;
+use axum::response::Response;
 use axum::routing::post;
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::threads::ThreadsQueryReq;
@@ -23,16 +23,5 @@ async fn stream_query(
 ) -> Result<Response, ApiError> {
     who.check(&req.project_id)?;
     let threads = state.store.query_threads(req.validate()?).await?;
-    let mut buf = Vec::with_capacity(threads.len() * 256);
-    for t in &threads {
-        serde_json::to_writer(&mut buf, t).map_err(|e| ApiError::Internal(e.to_string()))?;
-        buf.push(b'\n');
-    }
-    let content_type = match headers.get(header::ACCEPT).and_then(|v| v.to_str().ok()) {
-        Some(a) if a.contains("ndjson") => "application/x-ndjson",
-        _ => "application/jsonl",
-    };
-    let mut resp = buf.into_response();
-    resp.headers_mut().insert(header::CONTENT_TYPE, HeaderValue::from_static(content_type));
-    Ok(resp)
+    crate::jsonl::response(&headers, &threads)
 }
