@@ -36,10 +36,11 @@ fn too_large(limit: usize) -> ApiError {
 }
 
 /// Reads a whole body of at most `limit` bytes, admitted against the memory budget
-/// (`crate::budget`) before it is held: a declared `Content-Length` before the first byte is
-/// read, a body of unknown length as it grows (each step admitting twice what has arrived). So
-/// many clients sending large bodies at once wait for room, or get 503, instead of all being
-/// buffered. The admission covers decoding the body too ([`DECODE_FACTOR`]).
+/// (`crate::budget`) as it arrives: past the uncharged first 256 KiB, each time the body
+/// outgrows its admission it waits for room for twice what has arrived (at most the declared
+/// `Content-Length`), and only then reads on. So bodies waiting for room stay in the clients'
+/// sockets instead of heddle's memory, and a client cannot hold room for more than it has sent.
+/// The admission covers decoding the body too ([`DECODE_FACTOR`]).
 pub async fn read_body(
     body: Body,
     limit: usize,
@@ -47,27 +48,23 @@ pub async fn read_body(
     budget: &MemoryBudget,
 ) -> Result<(Bytes, Option<Admitted>), ApiError> {
     let mut chunks = body.into_data_stream();
-    let declared = declared.filter(|n| *n <= limit);
-    let mut charged = declared.unwrap_or(UNCHARGED_BYTES);
-    let mut admitted = match declared {
-        Some(n) => match budget.admit_body(n, None).await {
-            Ok(a) => a,
-            Err(e) => return Err(drain(chunks, e).await),
-        },
-        None => None,
-    };
-    let mut buf = BytesMut::with_capacity(declared.unwrap_or(0));
+    let cap = declared.filter(|n| *n <= limit).unwrap_or(limit);
+    let mut charged = UNCHARGED_BYTES;
+    let mut admitted = None;
+    let mut buf = BytesMut::with_capacity(cap.min(UNCHARGED_BYTES));
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
-        if buf.len() + chunk.len() > limit {
+        let len = buf.len() + chunk.len();
+        if len > limit {
             return Err(drain(chunks, too_large(limit)).await);
         }
-        if buf.len() + chunk.len() > charged {
-            charged = ((buf.len() + chunk.len()) * 2).min(limit);
+        if len > charged {
+            charged = (len * 2).min(cap).max(len);
             admitted = match budget.admit_body(charged, admitted).await {
                 Ok(a) => a,
                 Err(e) => return Err(drain(chunks, e).await),
             };
+            buf.reserve(charged - buf.len());
         }
         buf.extend_from_slice(&chunk);
     }
