@@ -1,6 +1,6 @@
 //! Storage behind one interface per resource. The embedded backend is SQLite; the distributed
 //! backend is ClickHouse. Each resource (calls, objects, files, tables, feedback, costs,
-//! threads, projects, keys, blobs) has its own trait in a module named for it; [`Store`] is the
+//! threads, projects, keys, blobs, OTLP log records) has its own trait in a module named for it; [`Store`] is the
 //! sum of them, so a server holds one `Arc<dyn Store>` while code that needs one resource can
 //! ask for that trait alone. The traits speak in validated proto types (call parts in, calls out;
 //! content-addressed objects and files), never in SQL, so a backend is free to lay out its
@@ -17,6 +17,7 @@ pub mod files;
 pub mod health;
 pub mod keys;
 pub mod objects;
+pub mod otel_logs;
 pub mod projects;
 pub mod tables;
 pub mod threads;
@@ -35,6 +36,7 @@ pub use self::files::FileStore;
 pub use self::health::Health;
 pub use self::keys::{KEY_ID_LEN, KeyInfo, KeyRecord, KeyStore, key_id, parse_key_id};
 pub use self::objects::{NewObject, ObjectStore};
+pub use self::otel_logs::OtelLogStore;
 pub use self::projects::{ProjectInfo, ProjectStore};
 pub use self::tables::{NewTable, StoredRow, TableSlice, TableStore};
 pub use self::threads::ThreadStore;
@@ -43,7 +45,7 @@ pub use self::threads::ThreadStore;
 pub mod prelude {
     pub use crate::{
         BlobStore, CallStore, CostStore, FeedbackStore, FileStore, Health, KeyStore, ObjectStore,
-        ProjectStore, Store, TableStore, ThreadStore,
+        OtelLogStore, ProjectStore, Store, TableStore, ThreadStore,
     };
 }
 
@@ -60,6 +62,7 @@ pub trait Store:
     + ProjectStore
     + KeyStore
     + BlobStore
+    + OtelLogStore
     + Health
     + 'static
 {
@@ -76,6 +79,7 @@ impl<T> Store for T where
         + ProjectStore
         + KeyStore
         + BlobStore
+        + OtelLogStore
         + Health
         + ?Sized
         + 'static

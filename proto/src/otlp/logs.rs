@@ -14,7 +14,6 @@ use opentelemetry_proto::tonic::collector::logs::v1::{
 };
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use prost::Message;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
@@ -349,6 +348,69 @@ fn record_id(log: &OtelLog) -> String {
     hex::encode(&h.finalize()[..16])
 }
 
+// ---- reading ----------------------------------------------------------------------------------
+
+/// `POST /otel/logs/query`: a project's log records, oldest first, optionally those of one trace
+/// or one span (an empty `span_id` selects the records that name no span).
+#[derive(Debug, Clone, serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LogsQueryReq {
+    pub project_id: ProjectId,
+    #[serde(default)]
+    pub trace_id: Option<String>,
+    #[serde(default)]
+    pub span_id: Option<String>,
+    #[serde(default)]
+    pub limit: Option<u64>,
+    #[serde(default)]
+    pub offset: Option<u64>,
+}
+
+/// A validated [`LogsQueryReq`].
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogsQuery {
+    pub project: ProjectId,
+    pub trace_id: Option<String>,
+    pub span_id: Option<String>,
+    pub limit: u64,
+    pub offset: u64,
+}
+
+/// Records one query returns when it names no limit.
+pub const DEFAULT_LOG_QUERY_LIMIT: u64 = 100;
+
+impl LogsQueryReq {
+    pub fn validate(self) -> Result<LogsQuery, ProtoError> {
+        let id = |v: Option<String>, len: usize, what: &str| match v {
+            Some(s)
+                if !s.is_empty()
+                    && (s.len() != len || !s.bytes().all(|b| b.is_ascii_hexdigit())) =>
+            {
+                Err(ProtoError::invalid(format!("{what} must be {len} hex digits")))
+            }
+            other => Ok(other.map(|s| s.to_ascii_lowercase())),
+        };
+        let limit = self.limit.unwrap_or(DEFAULT_LOG_QUERY_LIMIT);
+        if limit > limits::MAX_LOG_QUERY_LIMIT {
+            return Err(ProtoError::invalid(format!(
+                "limit must be at most {}",
+                limits::MAX_LOG_QUERY_LIMIT
+            )));
+        }
+        let offset = self.offset.unwrap_or(0);
+        if offset > i64::MAX as u64 {
+            return Err(ProtoError::invalid("offset is too large"));
+        }
+        Ok(LogsQuery {
+            project: self.project_id,
+            trace_id: id(self.trace_id, 32, "trace_id")?,
+            span_id: id(self.span_id, 16, "span_id")?,
+            limit,
+            offset,
+        })
+    }
+}
+
 // ---- merging into calls -----------------------------------------------------------------------
 
 /// The GenAI message events, by event name, and the role each message plays.
@@ -505,6 +567,7 @@ fn raw(v: &Value) -> Box<RawValue> {
 mod tests {
     use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValueList, any_value};
     use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
+    use opentelemetry_proto::tonic::resource::v1::Resource;
 
     use super::*;
 

@@ -23,6 +23,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (6, include_str!("migrations/0006_costs.sql")),
     (7, include_str!("migrations/0007_key_revocation.sql")),
     (8, include_str!("migrations/0008_blobs.sql")),
+    (15, include_str!("migrations/0015_otel_logs.sql")),
 ];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

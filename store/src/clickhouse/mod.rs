@@ -19,6 +19,7 @@ mod json;
 mod keys;
 pub mod migrations;
 mod objects;
+mod otel_logs;
 mod projects;
 pub mod sql;
 mod tables;

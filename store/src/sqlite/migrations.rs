@@ -15,6 +15,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0007_key_revocation.sql"),
     include_str!("migrations/0008_blobs.sql"),
     include_str!("migrations/0009_filter_indexes.sql"),
+    include_str!("migrations/0015_otel_logs.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -67,6 +68,7 @@ mod tests {
                 "heddle_health",
                 "llm_token_prices",
                 "objects",
+                "otel_logs",
                 "table_rows",
                 "tables"
             ]

@@ -18,6 +18,7 @@ pub mod functions;
 mod keys;
 pub mod migrations;
 mod objects;
+mod otel_logs;
 mod projects;
 pub mod sql;
 mod tables;
