@@ -32,13 +32,16 @@ pub struct OtlpIngest {
 
 /// An OTLP/HTTP body format, from `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
+pub(crate) enum Format {
     Protobuf,
     Json,
 }
 
 impl Format {
-    fn from_headers(headers: &HeaderMap) -> Result<Format, ApiError> {
+    pub(crate) const PROTOBUF_CONTENT_TYPE: HeaderValue =
+        HeaderValue::from_static("application/x-protobuf");
+
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Format, ApiError> {
         let ct = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
         let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
         match mime.as_str() {
@@ -60,8 +63,8 @@ impl Format {
     fn respond(self, res: ExportTraceServiceResponse) -> Response {
         match self {
             Format::Protobuf => {
-                let ct = HeaderValue::from_static("application/x-protobuf");
-                ([(CONTENT_TYPE, ct)], res.encode_to_vec()).into_response()
+                ([(CONTENT_TYPE, Format::PROTOBUF_CONTENT_TYPE)], res.encode_to_vec())
+                    .into_response()
             }
             // The empty message is `{}`, not `{"partialSuccess": null}`.
             Format::Json if res.partial_success.is_none() => {
@@ -153,12 +156,14 @@ impl OtlpIngest {
     }
 }
 
-/// `POST /otel/v1/traces` and `POST /agents/otel/v1/traces`.
+/// `POST /otel/v1/traces` and `POST /agents/otel/v1/traces`, and `POST /otel/v1/logs`
+/// (`crate::otlp_logs`).
 pub fn routes(ingest: Arc<OtlpIngest>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/otel/v1/traces", post(export_http))
         .route("/agents/otel/v1/traces", post(export_http))
-        .layer(Extension(ingest))
+        .layer(Extension(ingest.clone()))
+        .merge(crate::otlp_logs::routes(ingest))
 }
 
 async fn export_http(
