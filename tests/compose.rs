@@ -36,6 +36,7 @@ const INGEST_PATHS: &[&str] = &[
     "/v2/{entity}/{project}/call/end",
     "/otel/v1/traces",
     "/agents/otel/v1/traces",
+    "/otel/v1/logs",
 ];
 /// Paths that must reach heddle-query: service endpoints and near misses of the ingest paths
 /// (routes declared in `query/src` are added to these).
@@ -52,6 +53,8 @@ const QUERY_PATHS: &[&str] = &[
     "/v2/acme/proj/x/call/start",
     "/v2/acme/calls/complete",
     "/otel/v1/metrics",
+    "/otel/v1/logs/x",
+    "/agents/otel/v1/logs",
     // The web UI (routes declared in `ui/src` are added too): the links the SDK prints, also
     // for an entity named like an API prefix.
     "/acme/demo/weave",

@@ -93,7 +93,7 @@ impl OtlpIngest {
         Arc::new(OtlpIngest { state, known_ops: Mutex::default() })
     }
 
-    /// The OTLP/gRPC `TraceService`: gzip accepted, messages up to `max_message_bytes`
+    /// The OTLP/gRPC `TraceService` and `LogsService`: gzip accepted, messages up to `max_message_bytes`
     /// (decompressed; larger ones fail with OUT_OF_RANGE or RESOURCE_EXHAUSTED). Every request
     /// is authenticated on its headers before tonic reads, decompresses or decodes the message
     /// (`crate::grpc`), so a request without a valid key costs no more than its headers.

@@ -13,6 +13,7 @@ mod feedback;
 mod files;
 mod graphql;
 mod objects;
+mod otel_logs;
 mod refs;
 mod service;
 mod tables;
@@ -32,6 +33,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(refs::routes())
         .merge(costs::routes())
         .merge(threads::routes())
+        .merge(otel_logs::routes())
 }
 
 /// Routes that need no API key.
