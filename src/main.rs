@@ -338,7 +338,8 @@ fn secs_or_zero(s: &str) -> Result<Duration, String> {
 /// OTLP/gRPC, served by the roles that ingest (OTLP/HTTP is on the main port).
 #[derive(Args)]
 struct OtlpArgs {
-    /// Where OTLP/gRPC `TraceService/Export` listens (port 0 picks a free port; printed).
+    /// Where OTLP/gRPC `TraceService/Export` and `LogsService/Export` listen (port 0 picks a
+    /// free port; printed).
     #[arg(long, env = "HEDDLE_OTLP_GRPC_LISTEN", default_value = "127.0.0.1:4317")]
     otlp_grpc_listen: SocketAddr,
     /// Largest accepted OTLP/gRPC message, in bytes, after decompression.

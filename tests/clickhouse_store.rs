@@ -52,6 +52,7 @@ async fn migrations_apply_once_and_are_idempotent() {
             "object_tags",
             "objects",
             "project_settings",
+            "otel_logs",
             "table_rows",
             "tables"
         ]

@@ -36,6 +36,7 @@ const INGEST_PATHS: &[&str] = &[
     "/v2/{entity}/{project}/call/end",
     "/otel/v1/traces",
     "/agents/otel/v1/traces",
+    "/otel/v1/logs",
 ];
 /// Paths that must reach heddle-query: service endpoints and near misses of the ingest paths
 /// (routes declared in `query/src` are added to these).
@@ -69,6 +70,8 @@ const QUERY_PATHS: &[&str] = &[
     "/project/sensitive_data_settings",
     "/project/sensitive_data_settings/update",
     "/project/ingest_sampling_settings/read",
+    "/otel/v1/logs/x",
+    "/agents/otel/v1/logs",
     // The web UI (routes declared in `ui/src` are added too): the links the SDK prints, also
     // for an entity named like an API prefix.
     "/acme/demo/weave",

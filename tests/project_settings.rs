@@ -228,6 +228,17 @@ async fn pii_policy_redacts_every_write_path_before_storage() {
     req.metadata_mut().insert("authorization", auth.parse().unwrap());
     req.metadata_mut().insert("project_id", P.parse().unwrap());
     grpc.export(req).await.unwrap();
+    // An OTLP log record (OTLP/JSON) with message content for the HTTP span.
+    let record = json!({"timeUnixNano": "1772366400500000000",
+        "traceId": http_trace.simple().to_string(), "spanId": "0101010101010101",
+        "eventName": "gen_ai.user.message",
+        "body": {"kvlistValue": {"values": [
+            {"key": "content", "value": {"stringValue": secrets.text()}}]}},
+        "attributes": [{"key": "user.email", "value": {"stringValue": secrets.email}}]});
+    let logs = json!({"resourceLogs": [{"scopeLogs": [{"logRecords": [record]}]}]});
+    let headers = [("content-type", "application/json"), ("project_id", P)];
+    let body = serde_json::to_vec(&logs).unwrap();
+    assert_eq!(api.post_headers("/otel/v1/logs", &headers, body).await.status, 200);
     server.wait_visible().await;
     // Feedback
     let fb = json!({"project_id": P, "weave_ref": format!("weave:///{P}/call/c1"),
@@ -263,6 +274,9 @@ async fn pii_policy_redacts_every_write_path_before_storage() {
         assert!(text.contains("<EMAIL_ADDRESS>") && text.contains("REDACTED"), "{text}");
         secrets.assert_absent(text.as_bytes(), "an OTLP span read back");
     }
+    let q = json!({"project_id": P, "filter": {"trace_ids": [http_trace.simple().to_string()]}});
+    let messages = &api.stream(&q).await[0]["inputs"]["messages"];
+    assert_eq!(messages, &json!([{"role": "user", "content": Secrets::REDACTED_TEXT}]));
     let fb = api.post("/feedback/query", &json!({"project_id": P})).await.ok();
     let row = &fb["result"][0];
     assert_eq!(row["payload"], json!({"note": Secrets::REDACTED_TEXT, "api_key": "REDACTED"}));

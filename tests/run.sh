@@ -67,7 +67,7 @@ cargo test --workspace
 step "HTTP conformance tests on the ClickHouse store"
 # The same suites, every server on its own ClickHouse (chdb, or CLICKHOUSE_URL's server).
 HEDDLE_TEST_STORE=clickhouse cargo test --test http_calls --test http_objects_files \
-    --test http_objects_query --test http_tables_refs --test http_expand --test http_otlp \
+    --test http_objects_query --test http_tables_refs --test http_expand --test http_otlp --test http_otlp_logs \
     --test http_feedback --test http_costs_threads --test http_service_auth --test restart \
     --test adversarial_input --test keys --test large_calls --test http_tags_aliases \
     --test http_annotation_queues --test http_agents --test http_usage_stats --test project_settings
@@ -76,7 +76,7 @@ step "HTTP conformance tests on the distributed store (Kafka + ClickHouse)"
 # Every server gets its own tansu broker and ClickHouse and runs `serve --kafka --clickhouse`;
 # clients wait after each acknowledged ingest request until the consumer has stored it.
 HEDDLE_TEST_STORE=distributed cargo test --test http_calls --test http_objects_files \
-    --test http_objects_query --test http_tables_refs --test http_expand --test http_otlp \
+    --test http_objects_query --test http_tables_refs --test http_expand --test http_otlp --test http_otlp_logs \
     --test http_feedback --test http_costs_threads --test http_service_auth --test restart \
     --test adversarial_input --test keys --test large_calls --test http_tags_aliases \
     --test http_annotation_queues --test http_agents --test http_usage_stats --test project_settings

@@ -1,7 +1,7 @@
 //! Project settings as the write paths see them (docs/api/project-settings.md): a per-process
 //! cache of each project's settings, so that ingest reads the store once per project and
 //! [`SETTINGS_CACHE_TTL`], not once per request; and what ingest does with them — sampling and
-//! redaction of call parts — before anything is stored or produced to Kafka.
+//! redaction of call parts and log records — before anything is stored or produced to Kafka.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, RwLock};
@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use heddle_domain::{redaction, sampling};
 use heddle_proto::ProjectId;
 use heddle_proto::calls::CallPart;
+use heddle_proto::otlp::logs::OtelLog;
 use heddle_proto::project_settings::{ProjectSettings, SensitiveDataPolicy};
 use heddle_store::{Store, StoreError};
 use prometheus::{Encoder, IntCounterVec, Opts, Registry, TextEncoder};
@@ -125,36 +126,77 @@ impl Default for IngestMetrics {
     }
 }
 
-/// Applies each project's ingest sampling and sensitive-data policy to call parts about to be
-/// written: parts of traces sampling drops are removed (and counted), the rest redacted under
-/// `pii-v1`. A part without a trace id (an end sent without one) cannot be sampled and is kept.
-pub async fn prepare_parts(
+/// What ingest's settings act on: call parts and OTLP log records.
+pub trait Ingested: Send + 'static {
+    fn project(&self) -> &ProjectId;
+    /// The trace sampling decides by; an item without one is kept.
+    fn trace_id(&self) -> Option<&str>;
+    /// Whether dropping it counts as a sampled-out call (a part that starts a call).
+    fn starts_call(&self) -> bool;
+    fn redact(&mut self);
+}
+
+impl Ingested for CallPart {
+    fn project(&self) -> &ProjectId {
+        &self.project
+    }
+    fn trace_id(&self) -> Option<&str> {
+        self.trace_id.as_deref()
+    }
+    fn starts_call(&self) -> bool {
+        self.start.is_some()
+    }
+    fn redact(&mut self) {
+        redaction::redact_call_part(self)
+    }
+}
+
+impl Ingested for OtelLog {
+    fn project(&self) -> &ProjectId {
+        &self.project
+    }
+    fn trace_id(&self) -> Option<&str> {
+        Some(self.trace_id.as_str()).filter(|t| !t.is_empty())
+    }
+    fn starts_call(&self) -> bool {
+        false
+    }
+    fn redact(&mut self) {
+        redaction::redact_log(self)
+    }
+}
+
+/// Applies each project's ingest sampling and sensitive-data policy to what is about to be
+/// written: items of traces sampling drops are removed (dropped calls counted), the rest
+/// redacted under `pii-v1`. An item without a trace id (an end sent without one) cannot be
+/// sampled and is kept.
+pub async fn prepare<T: Ingested>(
     cache: &SettingsCache,
     metrics: &IngestMetrics,
-    parts: Vec<CallPart>,
-) -> Result<Vec<CallPart>, ApiError> {
+    items: Vec<T>,
+) -> Result<Vec<T>, ApiError> {
     let mut settings: BTreeMap<ProjectId, ProjectSettings> = BTreeMap::new();
-    for p in &parts {
-        if !settings.contains_key(&p.project) {
-            settings.insert(p.project.clone(), cache.get(&p.project).await?);
+    for item in &items {
+        if !settings.contains_key(item.project()) {
+            settings.insert(item.project().clone(), cache.get(item.project()).await?);
         }
     }
-    let mut kept = Vec::with_capacity(parts.len());
+    let mut kept = Vec::with_capacity(items.len());
     let mut redact = false;
-    for p in parts {
-        let s = &settings[&p.project];
+    for item in items {
+        let s = &settings[item.project()];
         let rate = s.sampling.sample_rate;
-        let sampled_in = match &p.trace_id {
+        let sampled_in = match item.trace_id() {
             Some(trace) if rate < 1.0 => sampling::keeps_trace(trace, rate),
             _ => true,
         };
-        if !sampled_in && p.start.is_some() {
+        if !sampled_in && item.starts_call() {
             let mode = if s.sampling.dry_run { "dry_run" } else { "dropped" };
             metrics.sampled_out.with_label_values(&[mode]).inc();
         }
         if sampled_in || s.sampling.dry_run {
             redact |= s.sensitive_data == SensitiveDataPolicy::PiiV1;
-            kept.push(p);
+            kept.push(item);
         }
     }
     if !redact {
@@ -162,18 +204,18 @@ pub async fn prepare_parts(
     }
     let policies: BTreeMap<ProjectId, SensitiveDataPolicy> =
         settings.into_iter().map(|(p, s)| (p, s.sensitive_data)).collect();
-    let run = move |mut parts: Vec<CallPart>| {
-        for p in &mut parts {
-            if policies[&p.project] == SensitiveDataPolicy::PiiV1 {
-                redaction::redact_call_part(p);
+    let run = move |mut items: Vec<T>| {
+        for item in &mut items {
+            if policies[item.project()] == SensitiveDataPolicy::PiiV1 {
+                item.redact();
             }
         }
-        parts
+        items
     };
     // CPU work on values of any size: off the async workers.
     tokio::task::spawn_blocking(move || run(kept))
         .await
-        .map_err(|e| ApiError::Internal(format!("redacting call parts failed: {e}")))
+        .map_err(|e| ApiError::Internal(format!("redacting what was sent failed: {e}")))
 }
 
 #[cfg(test)]

@@ -249,6 +249,13 @@ pub fn redact_feedback(f: &mut NewFeedback) {
     redact_json_text(&mut f.extra);
 }
 
+/// Redacts an OTLP log record's body, attributes and the rest of it (resource attributes).
+pub fn redact_log(log: &mut heddle_proto::otlp::logs::OtelLog) {
+    redact_json_text(&mut log.body);
+    redact_json_text(&mut log.attributes);
+    redact_json_text(&mut log.dump);
+}
+
 /// A display name, redacted.
 pub fn redact_display_name(name: &str) -> String {
     redact_str(name).unwrap_or_else(|| name.to_owned())

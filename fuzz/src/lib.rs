@@ -2,8 +2,8 @@
 //! text and its parameters, and runs the SQLite statements on a small in-memory database
 //! with the real schema and SQL functions (an SQL error there would be a 500 for client input).
 
-use heddle_proto::calls::{CallsQuery, CallsQueryReq};
 use heddle_domain::expansion::{Planned, plan};
+use heddle_proto::calls::{CallsQuery, CallsQueryReq};
 use heddle_proto::feedback::{FeedbackQuery, FeedbackQueryReq};
 use heddle_store::clickhouse::sql as ch;
 use heddle_store::sqlite::sql as lite;

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::routing::post;
-use heddle_api::settings::prepare_parts;
+use heddle_api::settings::prepare;
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{
@@ -100,9 +100,9 @@ fn path_project(entity: &str, project: &str) -> Result<ProjectId, ApiError> {
 }
 
 /// Writes authorised parts: first the projects' ingest sampling and sensitive-data policy
-/// (`heddle_api::settings::prepare_parts`), so nothing dropped or unredacted reaches the sink.
+/// (`heddle_api::settings::prepare`), so nothing dropped or unredacted reaches the sink.
 async fn store(state: &AppState, parts: Vec<CallPart>) -> Result<(), ApiError> {
-    let parts = prepare_parts(&state.settings, &state.ingest_metrics, parts).await?;
+    let parts = prepare(&state.settings, &state.ingest_metrics, parts).await?;
     if !parts.is_empty() {
         state.sink.write(parts).await?;
     }

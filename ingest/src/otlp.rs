@@ -13,7 +13,7 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Router};
-use heddle_api::settings::prepare_parts;
+use heddle_api::settings::prepare;
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
 use heddle_proto::ProjectId;
 use heddle_proto::otlp::{self, op};
@@ -37,13 +37,16 @@ pub struct OtlpIngest {
 
 /// An OTLP/HTTP body format, from `Content-Type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Format {
+pub(crate) enum Format {
     Protobuf,
     Json,
 }
 
 impl Format {
-    fn from_headers(headers: &HeaderMap) -> Result<Format, ApiError> {
+    pub(crate) const PROTOBUF_CONTENT_TYPE: HeaderValue =
+        HeaderValue::from_static("application/x-protobuf");
+
+    pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Format, ApiError> {
         let ct = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
         let mime = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
         match mime.as_str() {
@@ -65,8 +68,8 @@ impl Format {
     fn respond(self, res: ExportTraceServiceResponse) -> Response {
         match self {
             Format::Protobuf => {
-                let ct = HeaderValue::from_static("application/x-protobuf");
-                ([(CONTENT_TYPE, ct)], res.encode_to_vec()).into_response()
+                ([(CONTENT_TYPE, Format::PROTOBUF_CONTENT_TYPE)], res.encode_to_vec())
+                    .into_response()
             }
             // The empty message is `{}`, not `{"partialSuccess": null}`.
             Format::Json if res.partial_success.is_none() => {
@@ -100,7 +103,7 @@ impl OtlpIngest {
         })
     }
 
-    /// The OTLP/gRPC `TraceService`: gzip accepted, messages up to `max_message_bytes`
+    /// The OTLP/gRPC `TraceService` and `LogsService`: gzip accepted, messages up to `max_message_bytes`
     /// (decompressed; larger ones fail with OUT_OF_RANGE or RESOURCE_EXHAUSTED). Every request
     /// is authenticated on its headers before tonic reads, decompresses or decodes the message
     /// (`crate::grpc`), so a request without a valid key costs no more than its headers.
@@ -136,8 +139,7 @@ impl OtlpIngest {
         let response = converted.response();
         // Sampling and redaction (docs/api/project-settings.md) before anything is written.
         let parts =
-            prepare_parts(&self.state.settings, &self.state.ingest_metrics, converted.parts)
-                .await?;
+            prepare(&self.state.settings, &self.state.ingest_metrics, converted.parts).await?;
         if !parts.is_empty() {
             self.state.sink.write(parts).await?;
         }
@@ -169,12 +171,14 @@ impl OtlpIngest {
     }
 }
 
-/// `POST /otel/v1/traces` and `POST /agents/otel/v1/traces`.
+/// `POST /otel/v1/traces` and `POST /agents/otel/v1/traces`, and `POST /otel/v1/logs`
+/// (`crate::otlp_logs`).
 pub fn routes(ingest: Arc<OtlpIngest>) -> Router<Arc<AppState>> {
     Router::new()
         .route("/otel/v1/traces", post(export_http))
         .route("/agents/otel/v1/traces", post(export_http))
-        .layer(Extension(ingest))
+        .layer(Extension(ingest.clone()))
+        .merge(crate::otlp_logs::routes(ingest))
 }
 
 async fn export_http(

@@ -23,6 +23,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::CallPart;
+use heddle_proto::otlp::logs::OtelLog;
 use heddle_proto::otlp::op::OpWrites;
 use heddle_proto::record::{RecordPart, resolve};
 use heddle_store::StoreError;
@@ -48,6 +49,9 @@ pub trait ConsumerStore: Send + Sync {
         size: u64,
     ) -> heddle_store::Result<Bytes>;
     async fn probe_write(&self) -> heddle_store::Result<()>;
+    /// Stores OTLP log records, deduplicated by `token` like call parts.
+    async fn put_otel_logs_once(&self, logs: Vec<OtelLog>, token: &str)
+    -> heddle_store::Result<()>;
 }
 
 #[async_trait]
@@ -72,6 +76,13 @@ impl ConsumerStore for Arc<dyn Store> {
     }
     async fn probe_write(&self) -> heddle_store::Result<()> {
         Health::probe_write(&**self).await
+    }
+    async fn put_otel_logs_once(
+        &self,
+        logs: Vec<OtelLog>,
+        token: &str,
+    ) -> heddle_store::Result<()> {
+        OtelLogStore::put_otel_logs_once(&**self, logs, token).await
     }
 }
 
@@ -139,13 +150,14 @@ impl Failure {
 }
 
 /// A consumed record ready to store: where it came from (for the deduplication token), its
-/// placeholder ops and its call parts.
+/// placeholder ops, its call parts and its OTLP log records.
 #[derive(Debug, Clone)]
 pub struct Item {
     pub partition: i32,
     pub offset: i64,
     pub ops: OpWrites,
     pub parts: Vec<CallPart>,
+    pub logs: Vec<OtelLog>,
 }
 
 /// An item the store would not take: its index among the items stored, and why.
@@ -236,11 +248,15 @@ impl BatchStore {
         if !ops.is_empty() {
             self.attempt(|| self.store.apply_ops(&ops)).await?;
         }
+        let token = dedup_token(slice.iter().map(|i| (i.partition, i.offset)));
+        let logs: Vec<OtelLog> = slice.iter().flat_map(|i| i.logs.iter().cloned()).collect();
+        if !logs.is_empty() {
+            self.attempt(|| self.store.put_otel_logs_once(logs.clone(), &token)).await?;
+        }
         let parts: Vec<CallPart> = slice.iter().flat_map(|i| i.parts.iter().cloned()).collect();
         if parts.is_empty() {
             return Ok(());
         }
-        let token = dedup_token(slice.iter().map(|i| (i.partition, i.offset)));
         self.attempt(|| self.store.apply_call_parts_once(parts.clone(), &token)).await
     }
 
@@ -415,6 +431,16 @@ mod tests {
             }
             self.inner.probe_write().await
         }
+        async fn put_otel_logs_once(
+            &self,
+            logs: Vec<OtelLog>,
+            token: &str,
+        ) -> heddle_store::Result<()> {
+            if self.down.load(Ordering::SeqCst) {
+                return Err(StoreError::Backend("connection refused".into()));
+            }
+            self.inner.put_otel_logs_once(logs, token).await
+        }
     }
 
     struct Fixture {
@@ -457,6 +483,7 @@ mod tests {
                 offset: i as i64,
                 ops: OpWrites::default(),
                 parts: vec![part(&format!("c{i}"), "{}")],
+                logs: Vec::new(),
             })
             .collect()
     }

@@ -170,11 +170,11 @@ impl Pipeline {
     async fn store_group(&self, group: Vec<(&Rec, Decoded)>) -> Result<(), ConsumeError> {
         let mut items = Vec::with_capacity(group.len());
         let mut recs = Vec::with_capacity(group.len());
-        for (rec, Decoded { ops, parts }) in group {
+        for (rec, Decoded { ops, parts, logs }) in group {
             match self.batches.resolve(parts).await {
                 Ok(parts) => {
                     let (partition, offset) = (rec.partition, rec.offset);
-                    items.push(Item { partition, offset, ops, parts });
+                    items.push(Item { partition, offset, ops, parts, logs });
                     recs.push(rec);
                 }
                 Err((class, reason)) => self.dead_letter(rec, class, &reason).await?,

@@ -10,15 +10,20 @@
 //!
 //! Placeholder ops: the records of one project go to the partition of its id, each carrying the
 //! project's files along with its ops, so every record can be stored on its own.
+//!
+//! OTLP log records: grouped by the partition of their trace (of their project when they name
+//! none) and cut at `max_record_bytes`, like call parts. One log record is at most
+//! `heddle_proto::limits::MAX_LOG_RECORD_BYTES`, so none is offloaded.
 
 use std::collections::BTreeMap;
 
 use heddle_proto::ProjectId;
 use heddle_proto::calls::CallPart;
+use heddle_proto::otlp::logs::OtelLog;
 use heddle_proto::otlp::op::OpWrites;
 use heddle_proto::record::{
-    CallPartRecord, FileRecord, Offload, OpRecord, encode_ops, encode_records, offload,
-    partition_of,
+    CallPartRecord, FileRecord, LogRecordRecord, Offload, OpRecord, encode_logs, encode_ops,
+    encode_records, offload, partition_of,
 };
 use prost::Message;
 
@@ -122,6 +127,45 @@ pub(crate) fn plan_ops(writes: OpWrites, partitions: u32, max_record_bytes: usiz
     records
 }
 
+/// Splits OTLP log records into records: grouped by partition (a trace's records on one), cut
+/// at `max_record_bytes`.
+pub(crate) fn plan_logs(
+    logs: Vec<OtelLog>,
+    partitions: u32,
+    max_record_bytes: usize,
+) -> Vec<Record> {
+    let mut groups: BTreeMap<u32, Vec<LogRecordRecord>> = BTreeMap::new();
+    for log in logs {
+        let key = if log.trace_id.is_empty() { log.project.as_str() } else { &log.trace_id };
+        groups.entry(partition_of(key, partitions)).or_default().push(LogRecordRecord::from(log));
+    }
+    let mut records = Vec::new();
+    for (partition, group) in groups {
+        let mut chunk: Vec<LogRecordRecord> = Vec::new();
+        let mut size = 0;
+        let cut = |chunk: Vec<LogRecordRecord>| {
+            let key = match chunk[0].trace_id.as_str() {
+                "" => chunk[0].project_id.clone(),
+                trace => trace.to_owned(),
+            };
+            Record { partition: partition as i32, key, payload: encode_logs(chunk) }
+        };
+        for rec in group {
+            let len = rec.encoded_len();
+            if !chunk.is_empty() && size + len > max_record_bytes {
+                records.push(cut(std::mem::take(&mut chunk)));
+                size = 0;
+            }
+            chunk.push(rec);
+            size += len;
+        }
+        if !chunk.is_empty() {
+            records.push(cut(chunk));
+        }
+    }
+    records
+}
+
 #[cfg(test)]
 mod tests {
     use heddle_proto::ProjectId;
@@ -163,6 +207,45 @@ mod tests {
         seen.sort_by(|a, b| a.id.cmp(&b.id));
         parts.sort_by(|a, b| a.id.cmp(&b.id));
         assert_eq!(seen, parts);
+    }
+
+    #[test]
+    fn log_records_are_cut_by_size_and_a_trace_stays_together() {
+        use heddle_proto::otlp::logs::convert;
+        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+        use opentelemetry_proto::tonic::common::v1::{AnyValue, any_value};
+        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+        let records = (0..60u8)
+            .map(|i| LogRecord {
+                time_unix_nano: u64::from(i) + 1,
+                trace_id: if i % 10 == 0 { Vec::new() } else { vec![i % 4 + 1; 16] },
+                span_id: vec![i + 1; 8],
+                body: Some(AnyValue {
+                    value: Some(any_value::Value::StringValue("x".repeat(300))),
+                }),
+                ..Default::default()
+            })
+            .collect();
+        let req = ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs { log_records: records, ..Default::default() }],
+                ..Default::default()
+            }],
+        };
+        let logs = convert(&req, Some(&ProjectId::parse("e/p").unwrap()), None).unwrap().logs;
+        let records = plan_logs(logs.clone(), 3, 2_000);
+        assert!(records.len() > 3, "cut by size: {} records", records.len());
+        let mut seen = Vec::new();
+        for r in &records {
+            assert!(r.payload.len() <= 2_000, "record of {} bytes", r.payload.len());
+            for log in decode_record(&r.payload).unwrap().logs {
+                let key = if log.trace_id.is_empty() { "e/p" } else { log.trace_id.as_str() };
+                assert_eq!(partition_of(key, 3), r.partition as u32);
+                seen.push(log);
+            }
+        }
+        seen.sort_by_key(|l| l.seq);
+        assert_eq!(seen, logs);
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The distributed write path (docs/distributed.md, "Write path"): call parts and placeholder
-//! ops go to Kafka, and a write returns only after every record of it is acknowledged by all
+//! The distributed write path (docs/distributed.md, "Write path"): call parts, placeholder ops
+//! and OTLP log records go to Kafka, and a write returns only after every record of it is acknowledged by all
 //! in-sync replicas (`acks=all`, idempotent producer). A broker that cannot acknowledge within
 //! the delivery timeout makes the write [`SinkError::Unavailable`] (the API answers 503 with
 //! Retry-After) — never a success for data that is not stored. librdkafka reconnects by itself,
@@ -21,8 +21,11 @@ use bytes::Bytes;
 use futures::future::join_all;
 use futures::{StreamExt, TryStreamExt};
 use heddle_proto::calls::CallPart;
+use heddle_proto::otlp::logs::OtelLog;
 use heddle_proto::otlp::op::OpWrites;
-use heddle_proto::record::{CallPartBatch, Offload, encode_ops, encode_records, offload};
+use heddle_proto::record::{
+    CallPartBatch, Offload, encode_logs, encode_ops, encode_records, offload,
+};
 use heddle_store::{Store, StoreError};
 use prost::Message as _;
 use rdkafka::ClientConfig;
@@ -31,7 +34,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::Mutex;
 
 use crate::metrics::Metrics;
-use crate::plan::{Record, plan, plan_ops};
+use crate::plan::{Record, plan, plan_logs, plan_ops};
 use crate::{KafkaConfig, Sink, SinkError};
 
 impl KafkaConfig {
@@ -292,6 +295,34 @@ impl KafkaSink {
         Ok(records.len())
     }
 
+    /// Sends again the log records the broker refused as too large: one log record per record.
+    /// One still refused fails the write.
+    async fn resend_logs_alone(&self, refused: Vec<&Record>) -> Result<usize, SinkError> {
+        let mut records = Vec::new();
+        for r in refused {
+            let batch = CallPartBatch::decode(&r.payload[..])
+                .map_err(|e| SinkError::internal("re-reading a record", e))?;
+            for log in batch.logs {
+                let payload = encode_logs(vec![log]);
+                records.push(Record { partition: r.partition, key: r.key.clone(), payload });
+            }
+        }
+        for result in self.produce(&records).await {
+            match result {
+                Ok(()) => {}
+                Err(e) if is_too_large(&e) => {
+                    return Err(SinkError::TooLarge(
+                        "a log record was not stored: Kafka refuses a record of one log record \
+                         as too large (the brokers' message.max.bytes is set too low)"
+                            .into(),
+                    ));
+                }
+                Err(e) => return Err(self.failed(&e)),
+            }
+        }
+        Ok(records.len())
+    }
+
     /// Produces `records`, each waiting for its acknowledgement; those the broker refuses as
     /// too large go to `resend`, which returns how many records it had acknowledged.
     async fn produce_all<'a, F, Fut>(
@@ -359,6 +390,19 @@ impl Sink for KafkaSink {
         let partitions = self.partition_count().await?;
         let records = plan_ops(ops, partitions, self.cfg.max_record_bytes);
         self.produce_all(&records, |refused| self.resend_ops_alone(refused)).await
+    }
+
+    async fn write_logs(&self, logs: Vec<OtelLog>) -> Result<(), SinkError> {
+        if logs.is_empty() {
+            return Ok(());
+        }
+        let partitions = self.partition_count().await?;
+        let max = self.cfg.max_record_bytes;
+        // Encoding up to the body limit: off the async runtime.
+        let records = tokio::task::spawn_blocking(move || plan_logs(logs, partitions, max))
+            .await
+            .map_err(|e| SinkError::internal("planning the records", e))?;
+        self.produce_all(&records, |refused| self.resend_logs_alone(refused)).await
     }
 }
 

@@ -1,16 +1,19 @@
-//! Where the ingest endpoints put what they accepted, and the embedded write path.
+//! Where the ingest endpoints put what they accepted (call parts, placeholder ops, OTLP log
+//! records), and the embedded write path.
 
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
 use heddle_proto::calls::CallPart;
+use heddle_proto::otlp::logs::OtelLog;
 use heddle_proto::otlp::op::OpWrites;
 use heddle_store::{NewObject, Store};
 
 use crate::SinkError;
 
-/// Where the ingest endpoints put call parts and the placeholder ops OTLP spans need. Each
+/// Where the ingest endpoints put call parts, the placeholder ops OTLP spans need and OTLP log
+/// records. Each
 /// method returns only once its writes are durable: in the store (embedded mode) or
 /// acknowledged by Kafka (distributed mode).
 #[async_trait]
@@ -20,6 +23,9 @@ pub trait Sink: Send + Sync + 'static {
     /// Stores the files, then the op objects (content-addressed: writing them again changes
     /// nothing).
     async fn write_ops(&self, ops: OpWrites) -> Result<(), SinkError>;
+
+    /// Stores OTLP log records (idempotent: a record is stored once by its id).
+    async fn write_logs(&self, logs: Vec<OtelLog>) -> Result<(), SinkError>;
 }
 
 /// The embedded write path: straight into the store.
@@ -33,6 +39,10 @@ impl Sink for StoreSink {
 
     async fn write_ops(&self, ops: OpWrites) -> Result<(), SinkError> {
         Ok(apply_ops(&*self.0, &ops).await?)
+    }
+
+    async fn write_logs(&self, logs: Vec<OtelLog>) -> Result<(), SinkError> {
+        Ok(self.0.put_otel_logs(logs).await?)
     }
 }
 

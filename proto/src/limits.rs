@@ -23,6 +23,17 @@ pub const MAX_SPANS_PER_REQUEST: usize = 50_000;
 /// Each costs ~60–300 bytes once decoded even when it is empty on the wire (2 bytes), so this
 /// bounds what a small body can decode into.
 pub const MAX_VALUES_PER_REQUEST: usize = 1_000_000;
+/// OTLP: log records in one logs export request (the OpenTelemetry SDKs send at most 512 by
+/// default).
+pub const MAX_LOG_RECORDS_PER_REQUEST: usize = 50_000;
+/// OTLP: the largest log record stored (its body, attributes and the rest, as JSON text). Below
+/// Kafka's default record size, so a record always travels in one Kafka record.
+pub const MAX_LOG_RECORD_BYTES: usize = 512 * 1024;
+/// Log records of one span merged into its call on read: past this many, the rest stay
+/// readable through `/otel/logs/query` only.
+pub const MAX_LOG_RECORDS_PER_CALL: usize = 1000;
+/// Log records one `/otel/logs/query` returns at most.
+pub const MAX_LOG_QUERY_LIMIT: u64 = 1000;
 /// OTLP: the longest attribute key, in bytes.
 pub const MAX_ATTRIBUTE_KEY_BYTES: usize = 1024;
 /// OTLP: the most dot-separated segments of an attribute key (each becomes one level of

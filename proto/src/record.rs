@@ -4,7 +4,8 @@
 //!
 //! ```proto
 //! message CallPartBatch { repeated CallPartRecord parts = 1;
-//!                         repeated FileRecord files = 2; repeated OpRecord ops = 3; }
+//!                         repeated FileRecord files = 2; repeated OpRecord ops = 3;
+//!                         repeated LogRecordRecord logs = 4; }
 //! message CallPartRecord { string project_id = 1; string id = 2; optional string trace_id = 3;
 //!                          optional StartRecord start = 4; optional EndRecord end = 5;
 //!                          optional BlobRef offloaded = 6; }
@@ -12,7 +13,16 @@
 //! message FileRecord { string project_id = 1; string digest = 2; bytes content = 3; }
 //! message OpRecord { string project_id = 1; string object_id = 2; string digest = 3;
 //!                    string val = 4; optional string wb_user_id = 5; }
+//! message LogRecordRecord { string project_id = 1; string trace_id = 2; string span_id = 3;
+//!                           sint64 time_unix_nano = 4; int64 seq = 5; string id = 6;
+//!                           string event_name = 7; int32 severity_number = 8;
+//!                           string severity_text = 9; string body = 10; string attributes = 11;
+//!                           string dump = 12; optional string wb_user_id = 13; }
 //! ```
+//!
+//! **OTLP log records.** `logs` carries the records of `/otel/v1/logs`
+//! ([`crate::otlp::logs::OtelLog`]); a record of them holds nothing else. Each is at most
+//! [`crate::limits::MAX_LOG_RECORD_BYTES`], so none needs offloading.
 //!
 //! **Placeholder ops.** `files` and `ops` carry the writes of [`crate::otlp::op::OpWrites`]: the
 //! placeholder op objects OTLP spans need, and their source file (docs/distributed.md,
@@ -33,6 +43,7 @@ use crate::ProtoError;
 use crate::calls::{CallPart, EndPart, StartPart};
 use crate::digest::bytes_digest;
 use crate::ids::ProjectId;
+use crate::otlp::logs::OtelLog;
 use crate::otlp::op::{FileWrite, OpWrite, OpWrites};
 use crate::time::Micros;
 
@@ -44,6 +55,84 @@ pub struct CallPartBatch {
     pub files: Vec<FileRecord>,
     #[prost(message, repeated, tag = "3")]
     pub ops: Vec<OpRecord>,
+    #[prost(message, repeated, tag = "4")]
+    pub logs: Vec<LogRecordRecord>,
+}
+
+/// An OTLP log record ([`OtelLog`]).
+#[derive(Clone, PartialEq, Message)]
+pub struct LogRecordRecord {
+    #[prost(string, tag = "1")]
+    pub project_id: String,
+    #[prost(string, tag = "2")]
+    pub trace_id: String,
+    #[prost(string, tag = "3")]
+    pub span_id: String,
+    #[prost(sint64, tag = "4")]
+    pub time_unix_nano: i64,
+    #[prost(int64, tag = "5")]
+    pub seq: i64,
+    #[prost(string, tag = "6")]
+    pub id: String,
+    #[prost(string, tag = "7")]
+    pub event_name: String,
+    #[prost(int32, tag = "8")]
+    pub severity_number: i32,
+    #[prost(string, tag = "9")]
+    pub severity_text: String,
+    #[prost(string, tag = "10")]
+    pub body: String,
+    #[prost(string, tag = "11")]
+    pub attributes: String,
+    #[prost(string, tag = "12")]
+    pub dump: String,
+    #[prost(string, optional, tag = "13")]
+    pub wb_user_id: Option<String>,
+}
+
+impl From<OtelLog> for LogRecordRecord {
+    fn from(l: OtelLog) -> Self {
+        LogRecordRecord {
+            project_id: l.project.as_str().to_owned(),
+            trace_id: l.trace_id,
+            span_id: l.span_id,
+            time_unix_nano: l.time_unix_nano,
+            seq: l.seq,
+            id: l.id,
+            event_name: l.event_name,
+            severity_number: l.severity_number,
+            severity_text: l.severity_text,
+            body: l.body,
+            attributes: l.attributes,
+            dump: l.dump,
+            wb_user_id: l.wb_user_id,
+        }
+    }
+}
+
+impl TryFrom<LogRecordRecord> for OtelLog {
+    type Error = ProtoError;
+
+    /// Checked against the same bounds as a request.
+    fn try_from(r: LogRecordRecord) -> Result<Self, ProtoError> {
+        let log = OtelLog {
+            project: ProjectId::parse(&r.project_id)?,
+            trace_id: r.trace_id,
+            span_id: r.span_id,
+            time_unix_nano: r.time_unix_nano,
+            seq: r.seq,
+            id: r.id,
+            event_name: r.event_name,
+            severity_number: r.severity_number,
+            severity_text: r.severity_text,
+            body: r.body,
+            attributes: r.attributes,
+            dump: r.dump,
+            wb_user_id: r.wb_user_id,
+        };
+        log.check()?;
+        Ok(log)
+    }
 }
 
 /// A content-addressed file ([`FileWrite`]).
@@ -254,14 +343,20 @@ pub fn encode_records(parts: impl IntoIterator<Item = CallPartRecord>) -> Vec<u8
 
 /// Encodes placeholder-op writes as one record value.
 pub fn encode_ops(files: Vec<FileRecord>, ops: Vec<OpRecord>) -> Vec<u8> {
-    CallPartBatch { parts: Vec::new(), files, ops }.encode_to_vec()
+    CallPartBatch { files, ops, ..Default::default() }.encode_to_vec()
 }
 
-/// A decoded record value: the op writes to store first, then the call parts.
+/// Encodes OTLP log records as one record value.
+pub fn encode_logs(logs: Vec<LogRecordRecord>) -> Vec<u8> {
+    CallPartBatch { logs, ..Default::default() }.encode_to_vec()
+}
+
+/// A decoded record value: the op writes to store first, then the call parts and log records.
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Decoded {
     pub ops: OpWrites,
     pub parts: Vec<RecordPart>,
+    pub logs: Vec<OtelLog>,
 }
 
 /// One part of a decoded record: the part itself, or where to find it.
@@ -357,14 +452,15 @@ pub fn decode_record(bytes: &[u8]) -> Result<Decoded, ProtoError> {
             })),
         })
         .collect::<Result<_, ProtoError>>()?;
-    Ok(Decoded { ops, parts })
+    let logs = batch.logs.into_iter().map(OtelLog::try_from).collect::<Result<_, _>>()?;
+    Ok(Decoded { ops, parts, logs })
 }
 
 /// Decodes a record value that holds only call parts, none of them references (tests, tools).
 pub fn decode_parts(bytes: &[u8]) -> Result<Vec<CallPart>, ProtoError> {
     let decoded = decode_record(bytes)?;
-    if !decoded.ops.is_empty() {
-        return Err(ProtoError::invalid("the record holds placeholder ops"));
+    if !decoded.ops.is_empty() || !decoded.logs.is_empty() {
+        return Err(ProtoError::invalid("the record holds placeholder ops or log records"));
     }
     decoded
         .parts
@@ -522,12 +618,38 @@ mod tests {
         let files: Vec<FileRecord> = writes.files.iter().map(FileRecord::from).collect();
         let ops: Vec<OpRecord> = writes.ops.iter().map(OpRecord::from).collect();
         let decoded = decode_record(&encode_ops(files.clone(), ops.clone())).unwrap();
-        assert_eq!(decoded, Decoded { ops: writes, parts: Vec::new() });
+        assert_eq!(decoded, Decoded { ops: writes, ..Default::default() });
         assert!(decode_parts(&encode_ops(files.clone(), ops.clone())).is_err());
         // A record claiming a digest for other content is a data error.
         let mut forged = ops;
         forged[0].val = r#"{"_type":"CustomWeaveType","weave_type":{"type":"Op"}}"#.into();
         assert!(decode_record(&encode_ops(files, forged)).is_err());
+    }
+
+    #[test]
+    fn log_records_round_trip_and_are_checked() {
+        use crate::otlp::logs::convert;
+        use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+        use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+        let rec = LogRecord { time_unix_nano: 5, span_id: vec![1; 8], ..Default::default() };
+        let req = ExportLogsServiceRequest {
+            resource_logs: vec![ResourceLogs {
+                scope_logs: vec![ScopeLogs { log_records: vec![rec], ..Default::default() }],
+                ..Default::default()
+            }],
+        };
+        let project = ProjectId::parse("e/p").unwrap();
+        let logs = convert(&req, Some(&project), Some("u")).unwrap().logs;
+        let bytes = encode_logs(logs.iter().cloned().map(LogRecordRecord::from).collect());
+        assert_eq!(
+            decode_record(&bytes).unwrap(),
+            Decoded { logs: logs.clone(), ..Default::default() }
+        );
+        assert!(decode_parts(&bytes).is_err());
+        // A record whose body is not JSON is a data error.
+        let mut bad = LogRecordRecord::from(logs[0].clone());
+        bad.body = "{".into();
+        assert!(decode_record(&encode_logs(vec![bad])).is_err());
     }
 
     #[test]

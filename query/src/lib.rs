@@ -18,6 +18,7 @@ mod files;
 mod graphql;
 mod jsonl;
 mod objects;
+mod otel_logs;
 mod project_settings;
 mod projects;
 mod refs;
@@ -50,6 +51,7 @@ pub fn routes() -> Router<Arc<AppState>> {
         .merge(feedback_stats::routes())
         .merge(projects::routes())
         .merge(project_settings::routes())
+        .merge(otel_logs::routes())
 }
 
 /// Routes that need no API key.

@@ -15,6 +15,7 @@ use heddle_proto::calls::{CallPart, CallsQuery};
 use heddle_proto::costs::CostRecord;
 use heddle_proto::feedback::{FeedbackQuery, NewFeedback, StoredFeedback};
 use heddle_proto::objects::{DeletedVersion, ObjSchema, ObjectsDelete, ObjectsQuery, VersionSel};
+use heddle_proto::otlp::logs::{LogsQuery, OtelLog};
 use heddle_proto::project_settings::{ProjectSetting, ProjectSettings};
 use heddle_proto::threads::{Thread, ThreadsQuery};
 use heddle_proto::time::Micros;
@@ -41,6 +42,7 @@ pub struct Composite {
     pub project_settings: Arc<dyn ProjectSettingsStore>,
     pub keys: Arc<dyn KeyStore>,
     pub blobs: Arc<dyn BlobStore>,
+    pub otel_logs: Arc<dyn OtelLogStore>,
     pub health: Arc<dyn Health>,
 }
 
@@ -61,6 +63,7 @@ impl Composite {
             project_settings: store.clone(),
             keys: store.clone(),
             blobs: store.clone(),
+            otel_logs: store.clone(),
             health: store,
         }
     }
@@ -378,6 +381,19 @@ impl BlobStore for Composite {
     }
     async fn read_blob(&self, project: &ProjectId, digest: &str, size: u64) -> Result<Bytes> {
         self.blobs.read_blob(project, digest, size).await
+    }
+}
+
+#[async_trait]
+impl OtelLogStore for Composite {
+    async fn put_otel_logs(&self, logs: Vec<OtelLog>) -> Result<()> {
+        self.otel_logs.put_otel_logs(logs).await
+    }
+    async fn put_otel_logs_once(&self, logs: Vec<OtelLog>, token: &str) -> Result<()> {
+        self.otel_logs.put_otel_logs_once(logs, token).await
+    }
+    async fn query_otel_logs(&self, q: LogsQuery) -> Result<Vec<OtelLog>> {
+        self.otel_logs.query_otel_logs(q).await
     }
 }
 

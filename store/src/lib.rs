@@ -1,7 +1,7 @@
 //! Storage behind one interface per resource. The embedded backend is SQLite; the distributed
 //! backend is ClickHouse. Each resource (calls, objects, tags and aliases, annotation queues,
-//! files, tables, feedback, costs, threads, projects, project settings, keys, blobs) has its own
-//! trait in a module named for it; [`Store`] is the
+//! files, tables, feedback, costs, threads, projects, project settings, keys, blobs, OTLP log
+//! records) has its own trait in a module named for it; [`Store`] is the
 //! sum of them, so a server holds one `Arc<dyn Store>` while code that needs one resource can
 //! ask for that trait alone. The traits speak in validated proto types (call parts in, calls out;
 //! content-addressed objects and files), never in SQL, so a backend is free to lay out its
@@ -19,6 +19,7 @@ pub mod files;
 pub mod health;
 pub mod keys;
 pub mod objects;
+pub mod otel_logs;
 pub mod project_settings;
 pub mod projects;
 pub mod tables;
@@ -40,6 +41,7 @@ pub use self::files::FileStore;
 pub use self::health::Health;
 pub use self::keys::{KEY_ID_LEN, KeyInfo, KeyRecord, KeyStore, key_id, parse_key_id};
 pub use self::objects::{NewObject, ObjectStore};
+pub use self::otel_logs::OtelLogStore;
 pub use self::project_settings::{ProjectSettingsStore, Purged};
 pub use self::projects::{ProjectInfo, ProjectStore, StorageSizes};
 pub use self::tables::{NewTable, StoredRow, TableSlice, TableStore};
@@ -50,8 +52,8 @@ pub use self::threads::ThreadStore;
 pub mod prelude {
     pub use crate::{
         AnnotationQueueStore, BlobStore, CallStore, CostStore, FeedbackStore, FileStore, Health,
-        KeyStore, ObjectStore, ProjectSettingsStore, ProjectStore, Store, TableStore, TagStore,
-        ThreadStore,
+        KeyStore, ObjectStore, OtelLogStore, ProjectSettingsStore, ProjectStore, Store, TableStore,
+        TagStore, ThreadStore,
     };
 }
 
@@ -71,6 +73,7 @@ pub trait Store:
     + ProjectSettingsStore
     + KeyStore
     + BlobStore
+    + OtelLogStore
     + Health
     + 'static
 {
@@ -90,6 +93,7 @@ impl<T> Store for T where
         + ProjectSettingsStore
         + KeyStore
         + BlobStore
+        + OtelLogStore
         + Health
         + ?Sized
         + 'static

@@ -35,6 +35,7 @@ pub fn is_ingest_path(path: &str) -> bool {
             | "/call/upsert_batch"
             | "/otel/v1/traces"
             | "/agents/otel/v1/traces"
+            | "/otel/v1/logs"
     ) {
         return true;
     }

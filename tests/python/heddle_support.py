@@ -199,7 +199,14 @@ def store_mode() -> str:
 
 # The ingest endpoints: a 200 from one of them means "in Kafka" in distributed mode, not yet
 # "stored" (see HeddleServer.wait_visible).
-_INGEST_PATHS = ("/call/start", "/call/end", "/call/upsert_batch")
+_INGEST_PATHS = (
+    "/call/start",
+    "/call/end",
+    "/call/upsert_batch",
+    "/otel/v1/traces",
+    "/agents/otel/v1/traces",
+    "/otel/v1/logs",
+)
 
 
 def is_ingest_path(path: str) -> bool:

@@ -5,6 +5,7 @@
 //! canonical form first.
 
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
+use opentelemetry_proto::tonic::logs::v1::SeverityNumber;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::{Map, Value};
@@ -55,7 +56,7 @@ fn check_counts(v: &Value) -> Result<(), ProtoError> {
     Ok(())
 }
 
-fn too_many_values() -> ProtoError {
+pub(super) fn too_many_values() -> ProtoError {
     ProtoError::invalid(format!(
         "the request has more than {MAX_VALUES_PER_REQUEST} attributes, events, links and \
          values together: send fewer spans per request"
@@ -82,12 +83,13 @@ fn enum_value(field: &str, name: &str) -> Option<i32> {
     match field {
         "kind" => SpanKind::from_str_name(name).map(|k| k as i32),
         "code" => StatusCode::from_str_name(name).map(|c| c as i32),
+        "severityNumber" => SeverityNumber::from_str_name(name).map(|s| s as i32),
         _ => None,
     }
 }
 
 /// Rewrites `v` (found under `field`) in place into the canonical form.
-fn canonicalise(v: &mut Value, field: &str) {
+pub(super) fn canonicalise(v: &mut Value, field: &str) {
     match v {
         Value::Object(map) => {
             let fields = std::mem::take(map);

@@ -5,6 +5,7 @@
 
 pub mod conventions;
 mod json;
+pub mod logs;
 pub mod op;
 mod span;
 pub mod values;

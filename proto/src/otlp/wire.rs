@@ -1,10 +1,10 @@
-//! Counting an OTLP/protobuf trace request before decoding it. A message that is empty on the
+//! Counting an OTLP/protobuf trace (or logs) request before decoding it. A message that is empty on the
 //! wire (two bytes) decodes into a struct of 60–300 bytes, so a 32 MiB body of empty spans or
 //! attributes would decode into gigabytes. This pass walks the wire format without allocating,
 //! counts spans and nested values, and refuses the request when they exceed the bounds of
 //! [`crate::limits`] — before prost builds anything.
 //!
-//! Only the fields that hold nested messages are followed (the trace schema's); everything else
+//! Only the fields that hold nested messages are followed (the trace and logs schemas'); everything else
 //! is skipped by its wire type. Whatever prost would reject as malformed is left for prost to
 //! report: this pass only fails on counts, or on input too broken to walk.
 
@@ -12,12 +12,12 @@ use prost::bytes::Buf;
 use prost::encoding::{WireType, decode_key, decode_varint};
 
 use crate::ProtoError;
-use crate::limits::{MAX_SPANS_PER_REQUEST, MAX_VALUES_PER_REQUEST};
+use crate::limits::{MAX_LOG_RECORDS_PER_REQUEST, MAX_SPANS_PER_REQUEST, MAX_VALUES_PER_REQUEST};
 
 /// prost's own nesting limit: deeper input fails to decode anyway.
 const MAX_NESTING: usize = 100;
 
-/// The message types of the trace schema that contain other messages.
+/// The message types of the trace and logs schemas that contain other messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Msg {
     Request,
@@ -32,6 +32,10 @@ enum Msg {
     AnyValue,
     ArrayValue,
     KeyValueList,
+    LogsRequest,
+    ResourceLogs,
+    ScopeLogs,
+    LogRecord,
     /// A message with no nested messages of interest (e.g. `Status`): skipped as bytes.
     Leaf,
 }
@@ -55,6 +59,13 @@ fn child(parent: Msg, tag: u32) -> Option<Msg> {
         (KeyValue, 2) | (ArrayValue, 1) => AnyValue,
         (AnyValue, 5) => ArrayValue,
         (AnyValue, 6) => KeyValueList,
+        (LogsRequest, 1) => ResourceLogs,
+        (ResourceLogs, 1) => Resource,
+        (ResourceLogs, 2) => ScopeLogs,
+        (ScopeLogs, 1) => Scope,
+        (ScopeLogs, 2) => LogRecord,
+        (LogRecord, 5) => AnyValue,
+        (LogRecord, 6) => KeyValue,
         _ => return None,
     })
 }
@@ -63,6 +74,7 @@ fn child(parent: Msg, tag: u32) -> Option<Msg> {
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
     pub spans: usize,
+    pub log_records: usize,
     /// Every other nested message: resources, scopes, attributes, values, events, links.
     pub values: usize,
 }
@@ -73,9 +85,19 @@ fn malformed(e: impl std::fmt::Display) -> ProtoError {
 
 /// Counts the spans and values of an `ExportTraceServiceRequest` body.
 pub fn count(body: &[u8]) -> Result<Counts, ProtoError> {
+    walk(body, Msg::Request)
+}
+
+/// Counts the log records and values of an `ExportLogsServiceRequest` body.
+pub fn count_logs(body: &[u8]) -> Result<Counts, ProtoError> {
+    walk(body, Msg::LogsRequest)
+}
+
+fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
+    let items = if root == Msg::LogsRequest { "log records" } else { "spans" };
     let mut counts = Counts::default();
     // (message type, bytes left of it), innermost last; the body itself is the outermost.
-    let mut stack: Vec<(Msg, &[u8])> = vec![(Msg::Request, body)];
+    let mut stack: Vec<(Msg, &[u8])> = vec![(root, body)];
     while let Some((msg, mut buf)) = stack.pop() {
         if buf.is_empty() {
             continue;
@@ -114,6 +136,7 @@ pub fn count(body: &[u8]) -> Result<Counts, ProtoError> {
         if let Some((m, field)) = nested {
             match m {
                 Msg::Span => counts.spans += 1,
+                Msg::LogRecord => counts.log_records += 1,
                 _ => counts.values += 1,
             }
             if counts.spans > MAX_SPANS_PER_REQUEST {
@@ -122,10 +145,16 @@ pub fn count(body: &[u8]) -> Result<Counts, ProtoError> {
                      request"
                 )));
             }
+            if counts.log_records > MAX_LOG_RECORDS_PER_REQUEST {
+                return Err(ProtoError::invalid(format!(
+                    "the request has more than {MAX_LOG_RECORDS_PER_REQUEST} log records: send \
+                     fewer per request"
+                )));
+            }
             if counts.values > MAX_VALUES_PER_REQUEST {
                 return Err(ProtoError::invalid(format!(
                     "the request has more than {MAX_VALUES_PER_REQUEST} attributes, events, \
-                     links and values together: send fewer spans per request"
+                     links and values together: send fewer {items} per request"
                 )));
             }
             if stack.len() > MAX_NESTING {

@@ -14,6 +14,7 @@ use serde_json::value::RawValue;
 use super::json::index_json;
 use super::sql::{self, Param, Sql};
 use super::{ClickHouseStore, backend, next_version};
+use crate::otel_logs::merge_span_logs;
 use crate::{BoxError, CallStore, CallStream, Result, StoreError};
 
 /// Table the call rows are written to (see migrations/0001_init.sql).
@@ -292,6 +293,7 @@ impl CallStore for ClickHouseStore {
 
     async fn query_calls(&self, q: CallsQuery) -> Result<CallStream> {
         let statement = sql::select_calls(&q);
+        let (columns, logs) = (q.columns, self.span_logs_lookup());
         let mut cursor = statement.query(&self.client).fetch::<CallRow>().map_err(backend)?;
         // The first row is fetched here, so an error in the query itself is this call's error
         // and the HTTP layer can answer with a status before the first byte.
@@ -308,7 +310,9 @@ impl CallStore for ClickHouseStore {
                 Err(e) => Some((Err(backend(e)), None)),
             }
         });
-        Ok(Box::pin(futures::stream::once(async move { to_call(first) }).chain(rest)))
+        let rows = Box::pin(futures::stream::once(async move { to_call(first) }).chain(rest));
+        // Span calls with their OTLP log records merged in (`crate::otel_logs`).
+        Ok(merge_span_logs(rows, columns, logs))
     }
 
     async fn count_calls(&self, q: CallsQuery) -> Result<u64> {

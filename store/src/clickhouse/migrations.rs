@@ -26,6 +26,7 @@ const MIGRATIONS: &[(u32, &str)] = &[
     (10, include_str!("migrations/0010_tags_aliases.sql")),
     (11, include_str!("migrations/0011_annotation_queues.sql")),
     (12, include_str!("migrations/0012_project_settings.sql")),
+    (13, include_str!("migrations/0013_otel_logs.sql")),
 ];
 
 pub const LATEST: u32 = MIGRATIONS[MIGRATIONS.len() - 1].0;

@@ -20,6 +20,7 @@ mod json;
 mod keys;
 pub mod migrations;
 mod objects;
+mod otel_logs;
 mod project_settings;
 mod projects;
 pub mod sql;

@@ -10,6 +10,7 @@ use rusqlite::{Connection, Row, params};
 use super::values::{empty_object, project_id, raw};
 use super::writer::backend;
 use super::{SqliteStore, sql};
+use crate::otel_logs::merge_span_logs;
 use crate::{CallStore, CallStream, Result};
 
 /// Upsert of one call part. A start part has `started_at` set, an end part `ended_at`; each
@@ -194,6 +195,7 @@ impl CallStore for SqliteStore {
 
     async fn query_calls(&self, q: CallsQuery) -> Result<CallStream> {
         let statement = sql::select_calls(&q);
+        let columns = q.columns;
         let pool = self.readers.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Call>>(STREAM_BUFFER);
         tokio::task::spawn_blocking(move || {
@@ -215,7 +217,8 @@ impl CallStore for SqliteStore {
                 let _ = tx.blocking_send(Err(e));
             }
         });
-        Ok(Box::pin(stream_from(rx)))
+        // Span calls with their OTLP log records merged in (`crate::otel_logs`).
+        Ok(merge_span_logs(Box::pin(stream_from(rx)), columns, self.span_logs_lookup()))
     }
 
     async fn count_calls(&self, q: CallsQuery) -> Result<u64> {

@@ -18,6 +18,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0010_tags_aliases.sql"),
     include_str!("migrations/0011_annotation_queues.sql"),
     include_str!("migrations/0012_project_settings.sql"),
+    include_str!("migrations/0013_otel_logs.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -75,6 +76,7 @@ mod tests {
                 "object_aliases",
                 "object_tags",
                 "objects",
+                "otel_logs",
                 "project_settings",
                 "table_rows",
                 "tables"

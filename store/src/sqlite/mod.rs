@@ -19,6 +19,7 @@ pub mod functions;
 mod keys;
 pub mod migrations;
 mod objects;
+mod otel_logs;
 mod project_settings;
 mod projects;
 pub mod sql;

@@ -1,0 +1,92 @@
+//! OTLP log ingest (docs/api/otel.md, `docs/otlp.md` "Log records"): `POST /otel/v1/logs` with
+//! OTLP/protobuf or OTLP/JSON bodies, gzip or not, and the OTLP/gRPC `LogsService/Export`
+//! (`crate::grpc`). Served like traces: the key is checked before the body is read, decoding
+//! and conversion run on the blocking pool, every project is authorised, and the answer comes
+//! once the records are durable (the store, or Kafka). The records are merged into their spans'
+//! calls when calls are read (`heddle_store::otel_logs`).
+
+use std::sync::Arc;
+
+use axum::http::HeaderMap;
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::{Extension, Router};
+use heddle_api::settings::prepare;
+use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
+use heddle_proto::ProjectId;
+use heddle_proto::otlp::logs;
+use opentelemetry_proto::tonic::collector::logs::v1::{
+    ExportLogsServiceRequest, ExportLogsServiceResponse,
+};
+use prost::Message;
+
+use crate::otlp::{Format, OtlpIngest, header_project};
+
+impl OtlpIngest {
+    /// Decodes (with `decode`, on the blocking pool), converts, authorises and stores one logs
+    /// export request; the answer carries the rejected records.
+    pub(crate) async fn export_logs(
+        &self,
+        who: &Principal,
+        header_project: Option<ProjectId>,
+        decode: impl FnOnce() -> Result<ExportLogsServiceRequest, ApiError> + Send + 'static,
+    ) -> Result<ExportLogsServiceResponse, ApiError> {
+        if let Some(p) = &header_project {
+            who.check(p)?;
+        }
+        let user = who.user_id().to_owned();
+        let converted = tokio::task::spawn_blocking(move || {
+            let req = decode()?;
+            Ok::<_, ApiError>(logs::convert(&req, header_project.as_ref(), Some(&user))?)
+        })
+        .await
+        .map_err(|e| ApiError::Internal(format!("OTLP conversion failed: {e}")))??;
+        // Nothing is stored unless the key may write every project of the request.
+        for p in &converted.projects {
+            who.check(p)?;
+        }
+        let response = converted.response();
+        // Sampling and redaction (docs/api/project-settings.md) before anything is written.
+        let state = self.state();
+        let logs = prepare(&state.settings, &state.ingest_metrics, converted.logs).await?;
+        if !logs.is_empty() {
+            state.sink.write_logs(logs).await?;
+        }
+        Ok(response)
+    }
+}
+
+/// `POST /otel/v1/logs`.
+pub fn routes(ingest: Arc<OtlpIngest>) -> Router<Arc<AppState>> {
+    Router::new().route("/otel/v1/logs", post(export_http)).layer(Extension(ingest))
+}
+
+async fn export_http(
+    Extension(ingest): Extension<Arc<OtlpIngest>>,
+    who: Principal,
+    headers: HeaderMap,
+    body: EncodedBody,
+) -> Result<Response, ApiError> {
+    let format = Format::from_headers(&headers)?;
+    let project = header_project(&headers)?;
+    // Held until the records are converted and written: decoding is where a body grows.
+    let (bytes, _admitted) = admit_and_decode(ingest.state(), body).await?;
+    let decode = move || -> Result<ExportLogsServiceRequest, ApiError> {
+        Ok(match format {
+            Format::Protobuf => logs::decode_protobuf(&bytes)?,
+            Format::Json => logs::decode_json(&bytes)?,
+        })
+    };
+    let res = ingest.export_logs(&who, project, decode).await?;
+    Ok(match format {
+        Format::Protobuf => {
+            ([(CONTENT_TYPE, Format::PROTOBUF_CONTENT_TYPE)], res.encode_to_vec()).into_response()
+        }
+        // The empty message is `{}`, not `{"partialSuccess": null}`.
+        Format::Json if res.partial_success.is_none() => {
+            axum::Json(serde_json::json!({})).into_response()
+        }
+        Format::Json => axum::Json(res).into_response(),
+    })
+}
