@@ -51,8 +51,8 @@ async fn migrations_apply_once_and_are_idempotent() {
             "object_aliases",
             "object_tags",
             "objects",
-            "project_settings",
             "otel_logs",
+            "project_settings",
             "table_rows",
             "tables"
         ]
