@@ -70,6 +70,8 @@ pub struct KafkaSink {
     /// Replaced when it stays stuck while the broker is reachable (see `recover_after_failure`).
     producer: std::sync::RwLock<FutureProducer>,
     failures: AtomicU32,
+    /// When a new producer was last tried: one attempt at a time, at most one per wait.
+    last_recovery: std::sync::Mutex<Option<std::time::Instant>>,
     cfg: KafkaConfig,
     metrics: Arc<Metrics>,
     /// Partition count of the topic, refreshed from metadata now and then.
@@ -90,6 +92,7 @@ impl KafkaSink {
             blobs,
             producer,
             failures: AtomicU32::new(0),
+            last_recovery: std::sync::Mutex::new(None),
             cfg,
             metrics,
             partitions: AtomicU32::new(0),
@@ -141,32 +144,36 @@ impl KafkaSink {
 
     /// An idempotent producer whose messages timed out must bump its epoch with the broker; a
     /// broker that restarted without that state (tansu does) can leave the producer failing
-    /// forever. After repeated failures while the broker answers metadata, start a new producer
-    /// (a new producer id). Duplicates this might cause are invisible: parts are idempotent.
+    /// forever. After repeated failures, start a new producer (a new producer id) once the
+    /// broker answers it. The broker is asked through the new producer, not the stuck one,
+    /// whose connections may be as stuck as its messages, and with up to the delivery timeout
+    /// (at most 5 s): a broker that just restarted on a loaded machine answers slowly.
+    /// Duplicates this might cause are invisible: parts are idempotent.
     fn recover_after_failure(&self) {
         let failures = self.failures.fetch_add(1, Ordering::Relaxed) + 1;
         if failures < 2 {
             return;
         }
-        let reachable = self
-            .producer()
-            .client()
-            .fetch_metadata(Some(&self.cfg.topic), Duration::from_secs(1))
-            .is_ok();
-        if !reachable {
+        let wait = self.cfg.delivery_timeout.min(Duration::from_secs(5));
+        // Writes failing together try once: the others answer their 503 at once.
+        let Ok(mut last) = self.last_recovery.try_lock() else { return };
+        if last.is_some_and(|t| t.elapsed() < wait) {
             return;
         }
-        match producer_config(&self.cfg).create::<FutureProducer>() {
-            Ok(fresh) => {
-                tracing::warn!(
-                    failures,
-                    "Kafka is reachable but writes keep failing: new producer"
-                );
-                *self.producer.write().expect("not poisoned") = fresh;
-                self.failures.store(0, Ordering::Relaxed);
+        *last = Some(std::time::Instant::now());
+        let fresh = match producer_config(&self.cfg).create::<FutureProducer>() {
+            Ok(fresh) => fresh,
+            Err(e) => {
+                tracing::error!(error = %e, "could not create a new Kafka producer");
+                return;
             }
-            Err(e) => tracing::error!(error = %e, "could not create a new Kafka producer"),
+        };
+        if fresh.client().fetch_metadata(Some(&self.cfg.topic), wait).is_err() {
+            return;
         }
+        tracing::warn!(failures, "Kafka is reachable but writes keep failing: new producer");
+        *self.producer.write().expect("not poisoned") = fresh;
+        self.failures.store(0, Ordering::Relaxed);
     }
 
     /// Stores the blobs of offloaded parts (a few at a time); returns once all are durable.
@@ -217,7 +224,7 @@ impl KafkaSink {
     fn failed(&self, e: &KafkaError) -> SinkError {
         self.metrics.produced.with_label_values(&["failed"]).inc();
         tracing::warn!(error = %e, "produce failed");
-        // Checking the broker blocks for up to a second: keep it off the reactor.
+        // Checking the broker blocks for up to 5 s: keep it off the reactor.
         tokio::task::block_in_place(|| self.recover_after_failure());
         SinkError::unavailable(
             format!("Kafka did not acknowledge the write: {e}"),
