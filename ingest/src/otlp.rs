@@ -43,7 +43,7 @@ pub(crate) enum Format {
 }
 
 impl Format {
-    pub(crate) const PROTOBUF_CONTENT_TYPE: HeaderValue =
+    const PROTOBUF_CONTENT_TYPE: HeaderValue =
         HeaderValue::from_static("application/x-protobuf");
 
     pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Format, ApiError> {
@@ -65,14 +65,18 @@ impl Format {
         })
     }
 
-    fn respond(self, res: ExportTraceServiceResponse) -> Response {
+    /// An export answer (traces or logs: a message whose only field is `partial_success`).
+    pub(crate) fn respond<M>(self, res: M) -> Response
+    where
+        M: Message + serde::Serialize + Default + PartialEq,
+    {
         match self {
             Format::Protobuf => {
                 ([(CONTENT_TYPE, Format::PROTOBUF_CONTENT_TYPE)], res.encode_to_vec())
                     .into_response()
             }
             // The empty message is `{}`, not `{"partialSuccess": null}`.
-            Format::Json if res.partial_success.is_none() => {
+            Format::Json if res == M::default() => {
                 axum::Json(serde_json::json!({})).into_response()
             }
             Format::Json => axum::Json(res).into_response(),
@@ -123,14 +127,12 @@ impl OtlpIngest {
             who.check(p)?;
         }
         let user = who.user_id().to_owned();
-        let slot = self.converting.acquire().await.expect("the semaphore is never closed");
-        let converted = tokio::task::spawn_blocking(move || {
-            let req = decode()?;
-            Ok::<_, ApiError>(otlp::convert(&req, header_project.as_ref(), Some(&user))?)
-        })
-        .await
-        .map_err(|e| ApiError::Internal(format!("OTLP conversion failed: {e}")))??;
-        drop(slot);
+        let converted = self
+            .convert(move || {
+                let req = decode()?;
+                Ok(otlp::convert(&req, header_project.as_ref(), Some(&user))?)
+            })
+            .await?;
         let projects: BTreeSet<&ProjectId> = converted.ops.iter().map(|(p, _)| p).collect();
         for p in projects {
             who.check(p)?;
@@ -144,6 +146,18 @@ impl OtlpIngest {
             self.state.sink.write(parts).await?;
         }
         Ok(response)
+    }
+
+    /// Runs `work` (decoding and converting an export request) on the blocking pool, one
+    /// request per core at a time (see [`OtlpIngest::converting`]).
+    pub(crate) async fn convert<T: Send + 'static>(
+        &self,
+        work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let _slot = self.converting.acquire().await.expect("the semaphore is never closed");
+        tokio::task::spawn_blocking(work)
+            .await
+            .map_err(|e| ApiError::Internal(format!("OTLP conversion failed: {e}")))?
     }
 
     /// Writes the placeholder op (and its source file) of every span name not yet known to

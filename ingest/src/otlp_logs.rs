@@ -8,8 +8,7 @@
 use std::sync::Arc;
 
 use axum::http::HeaderMap;
-use axum::http::header::CONTENT_TYPE;
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::post;
 use axum::{Extension, Router};
 use heddle_api::settings::prepare;
@@ -19,7 +18,6 @@ use heddle_proto::otlp::logs;
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
-use prost::Message;
 
 use crate::otlp::{Format, OtlpIngest, header_project};
 
@@ -36,12 +34,12 @@ impl OtlpIngest {
             who.check(p)?;
         }
         let user = who.user_id().to_owned();
-        let converted = tokio::task::spawn_blocking(move || {
-            let req = decode()?;
-            Ok::<_, ApiError>(logs::convert(&req, header_project.as_ref(), Some(&user))?)
-        })
-        .await
-        .map_err(|e| ApiError::Internal(format!("OTLP conversion failed: {e}")))??;
+        let converted = self
+            .convert(move || {
+                let req = decode()?;
+                Ok(logs::convert(&req, header_project.as_ref(), Some(&user))?)
+            })
+            .await?;
         // Nothing is stored unless the key may write every project of the request.
         for p in &converted.projects {
             who.check(p)?;
@@ -78,15 +76,5 @@ async fn export_http(
             Format::Json => logs::decode_json(&bytes)?,
         })
     };
-    let res = ingest.export_logs(&who, project, decode).await?;
-    Ok(match format {
-        Format::Protobuf => {
-            ([(CONTENT_TYPE, Format::PROTOBUF_CONTENT_TYPE)], res.encode_to_vec()).into_response()
-        }
-        // The empty message is `{}`, not `{"partialSuccess": null}`.
-        Format::Json if res.partial_success.is_none() => {
-            axum::Json(serde_json::json!({})).into_response()
-        }
-        Format::Json => axum::Json(res).into_response(),
-    })
+    Ok(format.respond(ingest.export_logs(&who, project, decode).await?))
 }
