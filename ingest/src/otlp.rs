@@ -43,8 +43,7 @@ pub(crate) enum Format {
 }
 
 impl Format {
-    const PROTOBUF_CONTENT_TYPE: HeaderValue =
-        HeaderValue::from_static("application/x-protobuf");
+    const PROTOBUF_CONTENT_TYPE: HeaderValue = HeaderValue::from_static("application/x-protobuf");
 
     pub(crate) fn from_headers(headers: &HeaderMap) -> Result<Format, ApiError> {
         let ct = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");

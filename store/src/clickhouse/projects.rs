@@ -41,30 +41,28 @@ fn select_projects(entity: Option<&str>, limit: u64) -> Sql {
 
 /// Content bytes per resource, as written: every stored part of the project's calls that are not
 /// deleted (a call sent as start and end counts both halves once each), live object versions,
-/// and table rows. One statement each, `?` standing for the project.
-const SIZES: [&str; 3] = [
-    "SELECT toUInt64(sum(length(attributes) + length(inputs) + length(ifNull(output, '')) \
-       + length(summary) + length(ifNull(exception, '')) + length(ifNull(otel_dump, '')))) \
-     FROM call_parts WHERE project_id = ? AND kind = 'part' \
-     AND id NOT IN (SELECT id FROM call_parts WHERE project_id = ? AND kind = 'delete')",
-    "SELECT toUInt64(sum(length(val))) FROM objects FINAL \
-     WHERE project_id = ? AND deleted_at IS NULL",
-    "SELECT toUInt64(sum(size_bytes)) FROM table_rows FINAL WHERE project_id = ?",
-];
+/// and table rows; each statement with the project as its one parameter (`{p0:String}`, used
+/// wherever it stands).
+fn select_sizes(project: &str) -> [Sql; 3] {
+    [
+        "SELECT toUInt64(sum(length(attributes) + length(inputs) + length(ifNull(output, '')) \
+           + length(summary) + length(ifNull(exception, '')) + length(ifNull(otel_dump, '')))) \
+         FROM call_parts WHERE project_id = {p0:String} AND kind = 'part' \
+         AND id NOT IN (SELECT id FROM call_parts WHERE project_id = {p0:String} \
+                        AND kind = 'delete')",
+        "SELECT toUInt64(sum(length(val))) FROM objects FINAL \
+         WHERE project_id = {p0:String} AND deleted_at IS NULL",
+        "SELECT toUInt64(sum(size_bytes)) FROM table_rows FINAL WHERE project_id = {p0:String}",
+    ]
+    .map(|text| Sql { text: text.to_owned(), params: vec![Param::Str(project.to_owned())] })
+}
 
 #[async_trait]
 impl ProjectStore for ClickHouseStore {
     async fn storage_sizes(&self, project: &ProjectId) -> Result<StorageSizes> {
         let mut sizes = [0u64; 3];
-        for (size, text) in sizes.iter_mut().zip(SIZES) {
-            let mut q = Sql::new("");
-            for (i, piece) in text.split('?').enumerate() {
-                if i > 0 {
-                    q.bind_str(project.as_str());
-                }
-                q.push(piece);
-            }
-            *size = q.query(&self.client).fetch_one().await.map_err(backend)?;
+        for (size, sql) in sizes.iter_mut().zip(select_sizes(project.as_str())) {
+            *size = sql.query(&self.client).fetch_one().await.map_err(backend)?;
         }
         let [traces, objects, tables] = sizes;
         Ok(StorageSizes { traces, objects, tables })
@@ -100,5 +98,8 @@ mod tests {
         check_placeholders(&q);
         assert!(!q.text.contains("acme"), "{}", q.text);
         check_placeholders(&select_projects(None, 10));
+        for sql in select_sizes("acme'--") {
+            assert!(!sql.text.contains("acme"), "{}", sql.text);
+        }
     }
 }
