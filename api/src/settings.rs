@@ -204,18 +204,17 @@ pub async fn prepare<T: Ingested>(
     }
     let policies: BTreeMap<ProjectId, SensitiveDataPolicy> =
         settings.into_iter().map(|(p, s)| (p, s.sensitive_data)).collect();
-    let run = move |mut items: Vec<T>| {
+    // CPU work on values of any size: off the async workers.
+    crate::blocking(move || {
+        let mut items = kept;
         for item in &mut items {
             if policies[item.project()] == SensitiveDataPolicy::PiiV1 {
                 item.redact();
             }
         }
-        items
-    };
-    // CPU work on values of any size: off the async workers.
-    tokio::task::spawn_blocking(move || run(kept))
-        .await
-        .map_err(|e| ApiError::Internal(format!("redacting what was sent failed: {e}")))
+        Ok::<_, ApiError>(items)
+    })
+    .await
 }
 
 #[cfg(test)]

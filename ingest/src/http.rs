@@ -49,9 +49,7 @@ async fn parse_items<T: DeserializeOwned>(
     if batch.len() <= INLINE_ITEMS {
         return parse_items_now(batch, into_part);
     }
-    tokio::task::spawn_blocking(move || parse_items_now(batch, into_part))
-        .await
-        .map_err(|e| ApiError::Internal(format!("parsing a batch failed: {e}")))?
+    heddle_api::blocking(move || parse_items_now(batch, into_part)).await
 }
 
 fn parse_items_now<T: DeserializeOwned>(

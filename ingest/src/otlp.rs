@@ -154,9 +154,7 @@ impl OtlpIngest {
         work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
     ) -> Result<T, ApiError> {
         let _slot = self.converting.acquire().await.expect("the semaphore is never closed");
-        tokio::task::spawn_blocking(work)
-            .await
-            .map_err(|e| ApiError::Internal(format!("OTLP conversion failed: {e}")))?
+        heddle_api::blocking(work).await
     }
 
     /// Writes the placeholder op (and its source file) of every span name not yet known to
