@@ -12,10 +12,10 @@ use std::io::Read;
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::body::Body;
+use axum::body::{Body, HttpBody};
 use axum::extract::{FromRequest, Request};
 use axum::http::HeaderMap;
-use axum::http::header::{CONTENT_ENCODING, CONTENT_LENGTH};
+use axum::http::header::CONTENT_ENCODING;
 use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
@@ -87,9 +87,9 @@ async fn drain(mut chunks: axum::body::BodyDataStream, e: ApiError) -> ApiError 
     e
 }
 
-/// The body's declared length, when the client sent one.
-fn content_length(headers: &HeaderMap) -> Option<usize> {
-    headers.get(CONTENT_LENGTH)?.to_str().ok()?.trim().parse().ok()
+/// The body's length as the server read it from `Content-Length`, when the client sent one.
+fn declared_length(req: &Request) -> Option<usize> {
+    req.body().size_hint().exact().and_then(|n| usize::try_from(n).ok())
 }
 
 /// How a body is compressed (`Content-Encoding`).
@@ -147,7 +147,7 @@ impl FromRequest<Arc<AppState>> for EncodedBody {
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
         let encoding = Encoding::from_headers(req.headers())?;
-        let declared = content_length(req.headers());
+        let declared = declared_length(&req);
         let (bytes, admitted) =
             read_body(req.into_body(), state.max_body_bytes, declared, &state.memory_budget)
                 .await?;
@@ -232,7 +232,7 @@ impl FromRequest<Arc<AppState>> for RawBody {
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
         let slot = req.extensions().get::<AdmissionSlot>().cloned();
-        let declared = content_length(req.headers());
+        let declared = declared_length(&req);
         let (bytes, admitted) =
             read_body(req.into_body(), state.max_body_bytes, declared, &state.memory_budget)
                 .await?;
