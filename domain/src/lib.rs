@@ -5,6 +5,7 @@
 //!   catalog, listings, stats and chat timelines);
 //! - [`expansion`]: `expand_columns` of calls queries — the plan that splits a query into SQL and
 //!   work on expanded rows, and the call values those rows are evaluated on;
+//! - [`quantile`]: the one quantile rule of every reported statistic;
 //! - [`prices`]: the prices of a project's calls and the costs they give a call's token usage;
 //! - [`redaction`]: the sensitive-data rule every write path applies under the `pii-v1` policy;
 //! - [`sampling`]: which traces ingest sampling keeps;
@@ -15,6 +16,7 @@
 pub mod agents;
 pub mod expansion;
 pub mod prices;
+pub mod quantile;
 pub mod redaction;
 pub mod sampling;
 pub mod series;

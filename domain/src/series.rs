@@ -194,7 +194,7 @@ impl MetricSpec {
         for &p in &self.percentiles {
             out.insert(
                 format!("p{}_{slug}", percentile_name(p)),
-                percentile(values, p).map_or(Value::Null, |v| json!(v)),
+                crate::quantile::quantile(values, p / 100.0).map_or(Value::Null, |v| json!(v)),
             );
         }
     }
@@ -203,17 +203,6 @@ impl MetricSpec {
 /// `50` for 50.0, `99.5` for 99.5.
 fn percentile_name(p: f64) -> String {
     if p.fract() == 0.0 { format!("{}", p as i64) } else { format!("{p}") }
-}
-
-/// The `p`th percentile of sorted `values`, linearly interpolated between the closest ranks.
-pub fn percentile(sorted: &[f64], p: f64) -> Option<f64> {
-    let n = sorted.len();
-    if n == 0 {
-        return None;
-    }
-    let rank = p / 100.0 * (n - 1) as f64;
-    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-    Some(sorted[lo] + (sorted[hi] - sorted[lo]) * (rank - lo as f64))
 }
 
 #[cfg(test)]

@@ -6,6 +6,8 @@ use heddle_proto::threads::{Thread, ThreadSortField, ThreadsQuery};
 use heddle_proto::time::Micros;
 use heddle_ql::Direction;
 
+use crate::quantile::quantile;
+
 /// A turn call, as a backend that aggregates in Rust reads it.
 #[derive(Debug, Clone)]
 pub struct Turn {
@@ -13,15 +15,6 @@ pub struct Turn {
     pub id: String,
     pub started_at: Micros,
     pub ended_at: Option<Micros>,
-}
-
-/// The `q`-th quantile (0..=1) of `sorted`, interpolated linearly between closest ranks.
-pub fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
-    let (first, last) = (*sorted.first()?, *sorted.last()?);
-    let pos = q * (sorted.len() - 1) as f64;
-    let (lo, hi) = (pos.floor() as usize, pos.ceil() as usize);
-    let v = sorted[lo] + (sorted[hi] - sorted[lo]) * (pos - lo as f64);
-    Some(v.clamp(first, last))
 }
 
 /// Aggregates turns (of one project, in any order) into the threads `q` asks for: filtered,
@@ -118,14 +111,6 @@ mod tests {
 
     fn query(v: serde_json::Value) -> Result<ThreadsQuery, ProtoError> {
         serde_json::from_value::<ThreadsQueryReq>(v).unwrap().validate()
-    }
-
-    #[test]
-    fn quantiles_interpolate() {
-        assert_eq!(quantile(&[], 0.5), None);
-        assert_eq!(quantile(&[100.0], 0.99), Some(100.0));
-        assert_eq!(quantile(&[100.0, 200.0], 0.5), Some(150.0));
-        assert_eq!(quantile(&[100.0, 200.0, 400.0], 0.99), Some(396.0));
     }
 
     #[test]

@@ -275,10 +275,11 @@ mod tests {
             call("gen", Some("wrap"), json!({"gpt-4o": tokens(10, 5)})),
         ]);
         let up = f.rolled_up(None);
-        for i in 0..3 {
-            assert_eq!(up[i]["gpt-4o"].prompt_tokens, 10, "call {i}");
-            assert_eq!(up[i]["gpt-4o"].total_tokens, 15);
-            assert_eq!(up[i]["gpt-4o"].requests, 1);
+        assert_eq!(up.len(), 3);
+        for (i, u) in up.iter().enumerate() {
+            assert_eq!(u["gpt-4o"].prompt_tokens, 10, "call {i}");
+            assert_eq!(u["gpt-4o"].total_tokens, 15);
+            assert_eq!(u["gpt-4o"].requests, 1);
         }
     }
 

@@ -227,7 +227,7 @@ pub fn aggregate(agg: &str, values: &[Val], datetime: bool) -> Value {
     }
 }
 
-/// Linear interpolation between the closest ranks (numpy's default).
+/// The `p`th percentile of the numbers among `values` (`crate::quantile`).
 pub fn percentile(values: &[Val], p: f64) -> Value {
     let mut nums: Vec<f64> = values
         .iter()
@@ -237,13 +237,8 @@ pub fn percentile(values: &[Val], p: f64) -> Value {
             _ => None,
         })
         .collect();
-    if nums.is_empty() {
-        return Value::Null;
-    }
     nums.sort_by(f64::total_cmp);
-    let rank = p / 100.0 * (nums.len() - 1) as f64;
-    let (lo, hi) = (rank.floor() as usize, rank.ceil() as usize);
-    json!(nums[lo] + (nums[hi] - nums[lo]) * (rank - lo as f64))
+    crate::quantile::quantile(&nums, p / 100.0).map_or(Value::Null, |v| json!(v))
 }
 
 /// A measure, checked: value, type and aggregation agree; its filter is typed.

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use axum::extract::{Path, State};
 use heddle_api::AppState;
 use heddle_domain::prices::PriceBook;
+use heddle_domain::quantile::quantile;
 use maud::{Markup, html};
 use serde_json::{Value, json};
 
@@ -30,10 +31,6 @@ struct Bucket {
     latencies: Vec<f64>,
     tokens: f64,
     cost: f64,
-}
-
-fn quantile(sorted: &[f64], q: f64) -> Option<f64> {
-    heddle_domain::thread_stats::quantile(sorted, q)
 }
 
 pub async fn page(
