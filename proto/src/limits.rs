@@ -85,14 +85,21 @@ pub const MAX_QUEUE_STATS_IDS: usize = 1000;
 /// Walks the text without building a value (serde's skipping parser does not limit depth, so
 /// depth is counted separately), in two passes and no allocation.
 pub fn check_json_text(what: &str, text: &str) -> Result<(), ProtoError> {
+    check_written_depth(what, text)?;
+    serde_json::from_str::<IgnoredAny>(text)
+        .map(|_| ())
+        .map_err(|e| ProtoError::invalid(format!("{what} is not valid JSON: {e}")))
+}
+
+/// The depth half of [`check_json_text`], for text written here from values (well formed by
+/// construction, so not parsed again).
+pub fn check_written_depth(what: &str, text: &str) -> Result<(), ProtoError> {
     if text_depth(text, MAX_MEMBER_DEPTH) > MAX_MEMBER_DEPTH {
         return Err(ProtoError::invalid(format!(
             "{what} nests deeper than {MAX_MEMBER_DEPTH} levels"
         )));
     }
-    serde_json::from_str::<IgnoredAny>(text)
-        .map(|_| ())
-        .map_err(|e| ProtoError::invalid(format!("{what} is not valid JSON: {e}")))
+    Ok(())
 }
 
 /// What JSON text will parse into: its deepest nesting, how many objects and arrays it holds,
@@ -113,26 +120,28 @@ pub fn json_shape(text: &[u8], stop_at: usize) -> JsonShape {
     let mut open: Vec<u8> = Vec::new();
     // The last byte outside strings and whitespace; the top level reads as after a comma.
     let mut prev = b',';
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in text {
-        if in_string {
-            match b {
-                _ if escaped => escaped = false,
-                b'\\' => escaped = true,
-                b'"' => {
-                    in_string = false;
-                    prev = b'"';
-                }
-                _ => {}
-            }
-            continue;
-        }
+    let mut i = 0;
+    while i < text.len() {
+        let b = text[i];
+        i += 1;
         match b {
             b' ' | b'\n' | b'\r' | b'\t' => continue,
             b'"' => {
-                in_string = true;
                 let key = open.last() == Some(&b'{') && matches!(prev, b'{' | b',');
                 shape.values += usize::from(!key);
+                // Through the string: its bytes are most of the text, so they are skipped a run
+                // at a time, up to the closing quote or an escape (whose next byte is skipped).
+                loop {
+                    let Some(at) = memchr::memchr2(b'"', b'\\', text.get(i..).unwrap_or_default())
+                    else {
+                        return shape;
+                    };
+                    i += at + 1;
+                    if text[i - 1] == b'"' {
+                        break;
+                    }
+                    i += 1;
+                }
             }
             b'[' | b'{' => {
                 open.push(b);

@@ -12,14 +12,13 @@
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsPartialSuccess, ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
-use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::logs::v1::LogRecord;
 use prost::Message;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
-use super::values::{attribute_value, flat, nest};
+use super::values::{attribute_value, flat, nested};
 use super::{MAX_REASONS, json as otlp_json, resource_project, span, wire};
 use crate::calls::Call;
 use crate::limits::{self, MAX_LOG_RECORD_BYTES, MAX_LOG_RECORDS_PER_REQUEST};
@@ -253,11 +252,6 @@ pub fn convert(
     Ok(out)
 }
 
-fn nested(attrs: &[KeyValue]) -> Value {
-    let f = flat(attrs);
-    Value::Object(nest(f.iter().map(|(k, v)| (k.as_str(), v))))
-}
-
 /// An optional id: empty or all zeroes is none; otherwise exactly `len` bytes.
 fn optional_id(bytes: &[u8], len: usize, what: &str) -> Result<String, String> {
     if bytes.iter().all(|b| *b == 0) {
@@ -285,7 +279,8 @@ fn to_log(
     span::check_attribute_keys(&rec.attributes)?;
     let trace_id = optional_id(&rec.trace_id, 16, "trace_id")?;
     let span_id = optional_id(&rec.span_id, 8, "span_id")?;
-    let attrs: Map<String, Value> = flat(&rec.attributes).into_iter().collect();
+    let attrs: Map<String, Value> =
+        flat(&rec.attributes).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
     let event_name = if rec.event_name.is_empty() {
         attrs.get("event.name").and_then(Value::as_str).unwrap_or_default().to_owned()
     } else {
@@ -565,7 +560,7 @@ fn raw(v: &Value) -> Box<RawValue> {
 
 #[cfg(test)]
 mod tests {
-    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValueList, any_value};
+    use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, KeyValueList, any_value};
     use opentelemetry_proto::tonic::logs::v1::{ResourceLogs, ScopeLogs};
     use opentelemetry_proto::tonic::resource::v1::Resource;
 

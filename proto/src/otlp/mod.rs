@@ -8,6 +8,7 @@ mod json;
 pub mod logs;
 pub mod op;
 mod span;
+mod tree;
 pub mod values;
 pub mod wire;
 
@@ -21,7 +22,7 @@ use crate::ProtoError;
 use crate::calls::CallPart;
 
 pub use json::decode_json;
-pub use span::Scope;
+pub use span::{Scope, Shared};
 
 /// Decodes an OTLP/protobuf body; one with more spans or values than [`crate::limits`] allows
 /// is refused before it is decoded.
@@ -102,18 +103,27 @@ pub fn convert(
         // A resource's attributes go into every span's dump: a bad key rejects its spans.
         let resource_ok =
             rs.resource.as_ref().map_or(Ok(()), |r| span::check_attribute_keys(&r.attributes));
+        // Written once for all its spans.
+        let resource = serde_json::value::to_raw_value(&rs.resource.as_ref().map(|r| {
+            serde_json::json!({
+                "attributes": values::nested(&r.attributes),
+                "dropped_attributes_count": r.dropped_attributes_count,
+            })
+        }))
+        .expect("JSON values always serialise");
         for ss in &rs.scope_spans {
-            let scope = Scope {
-                name: ss.scope.as_ref().map_or("", |s| s.name.as_str()),
-                version: ss.scope.as_ref().map_or("", |s| s.version.as_str()),
+            let shared = Shared {
+                resource: resource.clone(),
+                scope: Scope {
+                    name: ss.scope.as_ref().map_or("", |s| s.name.as_str()),
+                    version: ss.scope.as_ref().map_or("", |s| s.version.as_str()),
+                },
             };
             for sp in &ss.spans {
                 let converted = resource_ok
                     .clone()
                     .and_then(|()| span::check_keys(sp))
-                    .and_then(|()| span::to_call(&project, sp, rs.resource.as_ref(), &scope))
-                    // `to_call` checked the members' depth; `into_part` checks the ids.
-                    .and_then(|call| call.into_part(wb_user_id).map_err(|e| e.to_string()));
+                    .and_then(|()| span::to_call(&project, sp, &shared, wb_user_id));
                 match converted {
                     Ok(part) => {
                         out.ops.insert((project.clone(), sp.name.clone()));

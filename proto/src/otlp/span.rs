@@ -1,21 +1,29 @@
-//! One OTLP span → one complete call.
+//! One OTLP span → one complete call, written straight into the call's JSON members: the
+//! attributes are nested by reference ([`Tree`]) and serialised once, never copied into
+//! intermediate `serde_json` maps.
+
+use std::borrow::Cow;
 
 use opentelemetry_proto::tonic::common::v1::KeyValue;
-use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{Span, Status};
-use serde_json::{Map, Value, json};
+use serde::Serialize;
+use serde::ser::{SerializeMap, Serializer};
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
 
 use super::conventions as conv;
 use super::op::op_ref;
-use super::values::{flat, index_maps_to_lists, nest};
+use super::tree::{Node, Tree};
+use super::values::{flat, index_maps_to_lists, nested};
 use crate::ProjectId;
-use crate::calls::{CompleteCall, StartedCall};
+use crate::calls::{CallPart, EndPart, StartPart};
 use crate::limits;
 use crate::time::Micros;
 
 /// The span's scope (instrumentation library), kept in `otel_dump`.
+#[derive(Serialize)]
 pub struct Scope<'a> {
     pub name: &'a str,
     pub version: &'a str,
@@ -25,8 +33,8 @@ pub struct Scope<'a> {
 pub type SpanError = String;
 
 /// The span's attributes, flat, with lookups by key or by key prefix.
-struct Attributes {
-    flat: Vec<(String, Value)>,
+struct Attributes<'a> {
+    flat: Vec<(Cow<'a, str>, Value)>,
     /// Indices into `flat` ordered by key (stable: the first of equal keys first). A span is
     /// looked up by ~60 convention keys, most of them absent: a binary search each instead of a
     /// scan of every attribute.
@@ -35,9 +43,10 @@ struct Attributes {
     /// ordered by that segment: a span carries a few namespaces, so most convention keys are
     /// ruled out by their first segment alone, without a search of the keys.
     namespaces: Vec<usize>,
-    /// Keys whose meaning was extracted: left out of the call's `attributes`.
-    used: Vec<String>,
 }
+
+/// The convention keys whose meaning was extracted: left out of the call's `attributes`.
+type Used = Vec<&'static str>;
 
 /// The first dotted segment of `key`.
 fn namespace(key: &str) -> &str {
@@ -60,37 +69,45 @@ fn truthy(v: &Value) -> bool {
     }
 }
 
-impl Attributes {
-    fn new(flat: Vec<(String, Value)>) -> Attributes {
+fn is_used(used: &Used, key: &str) -> bool {
+    used.iter().any(|u| at_or_under(key, u))
+}
+
+impl<'a> Attributes<'a> {
+    fn new(flat: Vec<(Cow<'a, str>, Value)>) -> Attributes<'a> {
         let mut by_key: Vec<usize> = (0..flat.len()).collect();
         by_key.sort_by(|a, b| flat[*a].0.cmp(&flat[*b].0));
         let mut namespaces: Vec<usize> = (0..flat.len()).collect();
         namespaces.sort_by(|a, b| namespace(&flat[*a].0).cmp(namespace(&flat[*b].0)));
         namespaces.dedup_by(|a, b| namespace(&flat[*a].0) == namespace(&flat[*b].0));
-        Attributes { flat, by_key, namespaces, used: Vec::new() }
+        Attributes { flat, by_key, namespaces }
+    }
+
+    fn key(&self, i: usize) -> &str {
+        &self.flat[i].0
     }
 
     /// Where keys not less than `key` start in `by_key`.
     fn first_at_least(&self, key: &str) -> usize {
-        self.by_key.partition_point(|i| self.flat[*i].0.as_str() < key)
+        self.by_key.partition_point(|i| self.key(*i) < key)
     }
 
     /// The value of `key`: the attribute itself, or the attributes under `key.` nested into one
     /// object (indexed maps read as lists). Untruthy values count as absent.
-    fn get(&self, key: &str) -> Option<Value> {
+    fn get(&self, key: &str) -> Option<Cow<'_, Value>> {
         let wanted = namespace(key);
-        if self.namespaces.binary_search_by(|i| namespace(&self.flat[*i].0).cmp(wanted)).is_err() {
+        if self.namespaces.binary_search_by(|i| namespace(self.key(*i)).cmp(wanted)).is_err() {
             return None;
         }
         // Keys starting with `key` sort together from here: `key` itself first, then among
         // others (`key-x` sorts before `key.x`) those under `key.`.
         let start = self.first_at_least(key);
         let mut under = Vec::new();
-        for &i in self.by_key[start..].iter().take_while(|i| self.flat[**i].0.starts_with(key)) {
+        for &i in self.by_key[start..].iter().take_while(|i| self.key(**i).starts_with(key)) {
             let (k, v) = &self.flat[i];
             if k.len() == key.len() {
                 if truthy(v) {
-                    return Some(v.clone());
+                    return Some(Cow::Borrowed(v));
                 }
             } else if k.as_bytes()[key.len()] == b'.' {
                 under.push(i);
@@ -102,23 +119,30 @@ impl Attributes {
         // Nested in their original order.
         under.sort_unstable();
         let under = under.iter().map(|i| (&self.flat[*i].0[key.len() + 1..], &self.flat[*i].1));
-        Some(index_maps_to_lists(Value::Object(nest(under)))).filter(truthy)
+        Some(index_maps_to_lists(Value::Object(Tree::nest(under).into_map())))
+            .filter(truthy)
+            .map(Cow::Owned)
     }
 
     /// The first of `keys` present, marked as used.
-    fn take_first(&mut self, keys: &[&str]) -> Option<(String, Value)> {
-        keys.iter().find_map(|k| self.get(k).map(|v| (k.to_string(), v))).inspect(|(k, _)| {
-            self.used.push(k.clone());
-        })
+    fn take_first(
+        &self,
+        used: &mut Used,
+        keys: &[&'static str],
+    ) -> Option<(&'static str, Cow<'_, Value>)> {
+        let found = keys.iter().find_map(|k| self.get(k).map(|v| (*k, v)));
+        if let Some((k, _)) = &found {
+            used.push(k);
+        }
+        found
     }
 
-    fn is_used(&self, key: &str) -> bool {
-        self.used.iter().any(|u| at_or_under(key, u))
+    fn take_string(&self, used: &mut Used, keys: &[&'static str]) -> Option<String> {
+        self.take_first(used, keys).and_then(|(_, v)| as_string(&v))
     }
 
-    /// The attributes nobody extracted, nested.
-    fn unmapped(&self) -> Map<String, Value> {
-        nest(self.flat.iter().filter(|(k, _)| !self.is_used(k)).map(|(k, v)| (k.as_str(), v)))
+    fn take_int(&self, used: &mut Used, keys: &[&'static str]) -> Option<i64> {
+        self.take_first(used, keys).and_then(|(_, v)| as_int(&v))
     }
 }
 
@@ -168,9 +192,9 @@ fn micros(nanos: u64) -> Micros {
     Micros((nanos / 1_000) as i64)
 }
 
-fn as_string(v: Value) -> Option<String> {
+fn as_string(v: &Value) -> Option<String> {
     match v {
-        Value::String(s) => Some(s),
+        Value::String(s) => Some(s.clone()),
         Value::Null => None,
         other => Some(other.to_string()),
     }
@@ -184,27 +208,44 @@ fn as_int(v: &Value) -> Option<i64> {
     }
 }
 
-/// `{key: value}` for inputs; a single generic `input`/`inputs` object is unwrapped.
-fn inputs(found: Option<(String, Value)>) -> Map<String, Value> {
-    match found {
-        None => Map::new(),
-        Some((k, Value::Object(o))) if k == "input" || k == "inputs" => o,
-        Some((k, v)) => Map::from_iter([(k, v)]),
+fn to_json<T: Serialize + ?Sized>(v: &T) -> String {
+    serde_json::to_string(v).expect("JSON values always serialise")
+}
+
+/// An object of one member, written without building it.
+struct One<'a>(&'a str, &'a Value);
+
+impl Serialize for One<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(1))?;
+        map.serialize_entry(self.0, self.1)?;
+        map.end()
     }
 }
 
-fn output(found: Option<(String, Value)>) -> Option<Value> {
-    found.map(|(k, v)| if k == "output" || k == "outputs" { v } else { json!({ k: v }) })
+/// The `inputs` text: `{key: value}`; a single generic `input`/`inputs` object is unwrapped.
+fn inputs(found: Option<&(&str, Cow<Value>)>) -> String {
+    match found {
+        None => "{}".to_owned(),
+        Some(("input" | "inputs", v)) if v.is_object() => to_json(v.as_ref()),
+        Some((k, v)) => to_json(&One(k, v)),
+    }
+}
+
+/// The `output` text (the same unwrapping for `output`/`outputs`).
+fn output(found: Option<&(&str, Cow<Value>)>) -> Option<String> {
+    found.map(|(k, v)| match *k {
+        "output" | "outputs" => to_json(v.as_ref()),
+        k => to_json(&One(k, v)),
+    })
 }
 
 /// Token counts in the SDK's usage shape, with `total_tokens` completed from its parts and
 /// `requests: 1`; `None` when the span reports no tokens.
-fn usage(attrs: &mut Attributes) -> Option<Map<String, Value>> {
+fn usage(attrs: &Attributes, used: &mut Used) -> Option<Map<String, Value>> {
     let mut usage = Map::new();
     for (field, keys) in conv::USAGE_KEYS {
-        if let Some((_, v)) = attrs.take_first(keys)
-            && let Some(n) = as_int(&v)
-        {
+        if let Some(n) = attrs.take_int(used, keys) {
             usage.insert(field.to_string(), n.into());
         }
     }
@@ -228,21 +269,17 @@ fn usage(attrs: &mut Attributes) -> Option<Map<String, Value>> {
 fn event_attributes(span: &Span) -> Vec<(String, Value)> {
     let mut by_name: Vec<(String, Vec<Value>)> = Vec::new();
     for event in &span.events {
-        let value =
-            Value::Object(nest(flat(&event.attributes).iter().map(|(k, v)| (k.as_str(), v))));
         let key = format!("events.{}", event.name);
+        if !conv::INPUT_KEYS.contains(&key.as_str()) && !conv::OUTPUT_KEYS.contains(&key.as_str()) {
+            continue;
+        }
+        let value = nested(&event.attributes);
         match by_name.iter_mut().find(|(k, _)| *k == key) {
             Some((_, list)) => list.push(value),
             None => by_name.push((key, vec![value])),
         }
     }
-    by_name
-        .into_iter()
-        .filter(|(key, _)| {
-            conv::INPUT_KEYS.contains(&key.as_str()) || conv::OUTPUT_KEYS.contains(&key.as_str())
-        })
-        .map(|(key, list)| (key, Value::Array(list)))
-        .collect()
+    by_name.into_iter().map(|(key, list)| (key, Value::Array(list))).collect()
 }
 
 /// The exception text of a failed span: its `exception` event (`type: message`, then the
@@ -258,7 +295,7 @@ fn exception(span: &Span, status: &Status) -> Option<String> {
                 .find(|kv| kv.key == k)
                 .and_then(|kv| kv.value.as_ref())
                 .map(super::values::any_value)
-                .and_then(as_string)
+                .and_then(|v| as_string(&v))
         };
         let head = match (get("exception.type"), get("exception.message")) {
             (Some(t), Some(m)) => format!("{t}: {m}"),
@@ -299,99 +336,100 @@ fn status_name(code: i32) -> &'static str {
     }
 }
 
-fn nested(attrs: &[opentelemetry_proto::tonic::common::v1::KeyValue]) -> Value {
-    let f = flat(attrs);
-    Value::Object(nest(f.iter().map(|(k, v)| (k.as_str(), v))))
-}
-
 /// The attribute keys (or `events.<name>`) whose values became the call's inputs and output.
-struct Moved {
-    inputs: Option<String>,
-    output: Option<String>,
+#[derive(Serialize)]
+struct Moved<'a> {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    inputs: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    output: Option<&'a str>,
 }
 
-impl Moved {
+impl Moved<'_> {
     /// Whether `key` is, or lies under, a moved key.
     fn holds(&self, key: &str) -> bool {
-        [&self.inputs, &self.output].into_iter().flatten().any(|m| at_or_under(key, m))
+        [self.inputs, self.output].into_iter().flatten().any(|m| at_or_under(key, m))
     }
 
-    fn to_json(&self) -> Option<Value> {
-        let mut map = Map::new();
-        if let Some(k) = &self.inputs {
-            map.insert("inputs".into(), k.as_str().into());
-        }
-        if let Some(k) = &self.output {
-            map.insert("output".into(), k.as_str().into());
-        }
-        (!map.is_empty()).then_some(Value::Object(map))
+    fn is_empty(&self) -> bool {
+        self.inputs.is_none() && self.output.is_none()
     }
+}
+
+/// What a span shares with the others of its resource and scope: written once per request.
+pub struct Shared<'a> {
+    /// `{"attributes": .., "dropped_attributes_count": ..}` of the resource, or `null`.
+    pub resource: Box<RawValue>,
+    pub scope: Scope<'a>,
 }
 
 /// The original span, readable: hex ids, RFC 3339 times, nested attributes (the Weave
 /// server's `otel_dump` shape), less the attributes and events that became the call's inputs
-/// and output: `attributes_moved` names them. `attributes` are the span's, already decoded.
-fn dump(
-    span: &Span,
+/// and output: `attributes_moved` names them (docs/otlp.md#what-otel_dump-holds).
+#[derive(Serialize)]
+struct Dump<'a> {
+    name: &'a str,
+    context: DumpContext<'a>,
+    kind: &'static str,
+    parent_id: Option<&'a str>,
+    start_time: String,
+    end_time: String,
+    status: DumpStatus<'a>,
+    attributes: &'a Tree<'a>,
+    events: Vec<DumpEvent<'a>>,
+    links: Vec<DumpLink<'a>>,
+    resource: &'a RawValue,
+    scope: &'a Scope<'a>,
+    #[serde(skip_serializing_if = "Moved::is_empty")]
+    attributes_moved: &'a Moved<'a>,
+}
+
+#[derive(Serialize)]
+struct DumpContext<'a> {
+    trace_id: &'a str,
+    span_id: &'a str,
+    trace_state: &'a str,
+}
+
+#[derive(Serialize)]
+struct DumpStatus<'a> {
+    code: &'static str,
+    message: &'a str,
+}
+
+/// An event whose attributes moved keeps its place, name and time; its attributes are the next
+/// item of the list under `events.<name>` in inputs or output.
+#[derive(Serialize)]
+struct DumpEvent<'a> {
+    name: &'a str,
+    timestamp: u64,
     attributes: Value,
-    moved: &Moved,
-    resource: Option<&Resource>,
-    scope: &Scope,
-    parent: Option<&str>,
-) -> Value {
-    let status = span.status.clone().unwrap_or_default();
-    let mut dump = json!({
-        "name": span.name,
-        "context": {
-            "trace_id": hex::encode(&span.trace_id),
-            "span_id": hex::encode(&span.span_id),
-            "trace_state": span.trace_state,
-        },
-        "kind": kind_name(span.kind),
-        "parent_id": parent,
-        "start_time": micros(span.start_time_unix_nano).to_rfc3339(),
-        "end_time": micros(span.end_time_unix_nano).to_rfc3339(),
-        "status": {"code": status_name(status.code), "message": status.message},
-        "attributes": attributes,
-        // An event whose attributes moved keeps its place, name and time; its attributes are
-        // the next item of the list under `events.<name>` in inputs or output.
-        "events": span.events.iter().map(|e| json!({
-            "name": e.name,
-            "timestamp": e.time_unix_nano,
-            "attributes": if moved.holds(&format!("events.{}", e.name)) {
-                Value::Null
-            } else {
-                nested(&e.attributes)
-            },
-            "dropped_attributes_count": e.dropped_attributes_count,
-        })).collect::<Vec<_>>(),
-        "links": span.links.iter().map(|l| json!({
-            "trace_id": hex::encode(&l.trace_id),
-            "span_id": hex::encode(&l.span_id),
-            "trace_state": l.trace_state,
-            "attributes": nested(&l.attributes),
-            "dropped_attributes_count": l.dropped_attributes_count,
-            "flags": l.flags,
-        })).collect::<Vec<_>>(),
-        "resource": resource.map(|r| json!({
-            "attributes": nested(&r.attributes),
-            "dropped_attributes_count": r.dropped_attributes_count,
-        })),
-        "scope": {"name": scope.name, "version": scope.version},
-    });
-    if let Some(moved) = moved.to_json() {
-        dump["attributes_moved"] = moved;
-    }
-    dump
+    dropped_attributes_count: u32,
+}
+
+#[derive(Serialize)]
+struct DumpLink<'a> {
+    trace_id: String,
+    span_id: String,
+    trace_state: &'a str,
+    attributes: Value,
+    dropped_attributes_count: u32,
+    flags: u32,
+}
+
+/// A member's JSON text, at most [`limits::MAX_MEMBER_DEPTH`] deep so that it reads back.
+fn member(what: &str, text: String) -> Result<String, SpanError> {
+    limits::check_written_depth(what, &text).map_err(|e| e.to_string())?;
+    Ok(text)
 }
 
 /// Converts one span of `project` into a complete call.
 pub fn to_call(
     project: &ProjectId,
     span: &Span,
-    resource: Option<&Resource>,
-    scope: &Scope,
-) -> Result<CompleteCall, SpanError> {
+    shared: &Shared,
+    wb_user_id: Option<&str>,
+) -> Result<CallPart, SpanError> {
     let id = hex_id(&span.span_id, 8, "span_id")?;
     let trace_id = hex_id(&span.trace_id, 16, "trace_id")?;
     let parent_id = match span.parent_span_id.as_slice() {
@@ -406,92 +444,144 @@ pub fn to_call(
     let ended_at = micros(span.end_time_unix_nano.max(span.start_time_unix_nano));
     let status = span.status.clone().unwrap_or_default();
 
-    let mut flat = flat(&span.attributes);
+    let mut flat: Vec<(Cow<str>, Value)> =
+        flat(&span.attributes).into_iter().map(|(k, v)| (Cow::Borrowed(k), v)).collect();
     let span_attribute_count = flat.len();
-    flat.extend(event_attributes(span));
-    let mut attrs = Attributes::new(flat);
-    let inputs_found = attrs.take_first(conv::INPUT_KEYS);
-    let output_found = attrs.take_first(conv::OUTPUT_KEYS);
+    flat.extend(event_attributes(span).into_iter().map(|(k, v)| (Cow::Owned(k), v)));
+    let attrs = Attributes::new(flat);
+    let mut used = Used::new();
+    let inputs_found = attrs.take_first(&mut used, conv::INPUT_KEYS);
+    let output_found = attrs.take_first(&mut used, conv::OUTPUT_KEYS);
     // The content that became inputs and output is stored there only: the dump names where it
     // went instead of holding it a second time (docs/otlp.md#what-otel_dump-holds).
     let moved = Moved {
-        inputs: inputs_found.as_ref().map(|(k, _)| k.clone()),
-        output: output_found.as_ref().map(|(k, _)| k.clone()),
+        inputs: inputs_found.as_ref().map(|(k, _)| *k),
+        output: output_found.as_ref().map(|(k, _)| *k),
     };
-    let dumped_attributes = Value::Object(nest(
+    let inputs = inputs(inputs_found.as_ref());
+    let output = output(output_found.as_ref());
+    let usage = usage(&attrs, &mut used);
+
+    let mut fields = Vec::new();
+    for (field, keys) in conv::ATTRIBUTE_KEYS {
+        if let Some((_, v)) = attrs.take_first(&mut used, keys) {
+            fields.push((*field, v));
+        }
+    }
+    let display_name = attrs.take_string(&mut used, conv::DISPLAY_NAME_KEYS);
+    let thread_id = attrs.take_string(&mut used, conv::THREAD_ID_KEYS);
+    let is_turn = attrs.take_first(&mut used, conv::IS_TURN_KEYS).is_some();
+    let turn_id = (thread_id.is_some() && is_turn).then(|| id.clone());
+    let wb_run_id = attrs.take_string(&mut used, conv::WB_RUN_ID_KEYS);
+    let wb_run_step = attrs.take_int(&mut used, conv::WB_RUN_STEP_KEYS);
+    let wb_run_step_end = attrs.take_int(&mut used, conv::WB_RUN_STEP_END_KEYS);
+    let extra = attrs.take_first(&mut used, &[conv::EXTRA_ATTRIBUTES_KEY]);
+    // Unmapped attributes first, so an extracted field of the same name wins.
+    let mut all = Tree::nest(
+        attrs.flat.iter().filter(|(k, _)| !is_used(&used, k)).map(|(k, v)| (k.as_ref(), v)),
+    );
+    for (field, v) in fields {
+        all.set(Cow::Borrowed(field), Node::Leaf(v));
+    }
+    if let Some((_, extra)) = &extra
+        && let Value::Object(extra) = extra.as_ref()
+    {
+        for (k, v) in extra {
+            all.set(Cow::Borrowed(k), Node::Leaf(Cow::Borrowed(v)));
+        }
+    }
+    let model = all
+        .get("model")
+        .and_then(|n| n.str_at(&[]))
+        .or_else(|| all.get("model_parameters")?.str_at(&["model"]))
+        .map(str::to_owned);
+    // Every member must read back (see `limits::check_json_text`).
+    let inputs = member("inputs", inputs)?;
+    let attributes = member("attributes", to_json(&all))?;
+
+    let dumped_attributes = Tree::nest(
         attrs.flat[..span_attribute_count]
             .iter()
             .filter(|(k, _)| !moved.holds(k))
-            .map(|(k, v)| (k.as_str(), v)),
-    ));
-    let inputs = inputs(inputs_found);
-    let output = output(output_found);
-    let usage = usage(&mut attrs);
+            .map(|(k, v)| (k.as_ref(), v)),
+    );
+    let trace_hex = hex::encode(&span.trace_id);
+    let dump = Dump {
+        name: &span.name,
+        context: DumpContext { trace_id: &trace_hex, span_id: &id, trace_state: &span.trace_state },
+        kind: kind_name(span.kind),
+        parent_id: parent_id.as_deref(),
+        start_time: micros(span.start_time_unix_nano).to_rfc3339(),
+        end_time: micros(span.end_time_unix_nano).to_rfc3339(),
+        status: DumpStatus { code: status_name(status.code), message: &status.message },
+        attributes: &dumped_attributes,
+        events: span
+            .events
+            .iter()
+            .map(|e| DumpEvent {
+                name: &e.name,
+                timestamp: e.time_unix_nano,
+                attributes: if moved.holds(&format!("events.{}", e.name)) {
+                    Value::Null
+                } else {
+                    nested(&e.attributes)
+                },
+                dropped_attributes_count: e.dropped_attributes_count,
+            })
+            .collect(),
+        links: span
+            .links
+            .iter()
+            .map(|l| DumpLink {
+                trace_id: hex::encode(&l.trace_id),
+                span_id: hex::encode(&l.span_id),
+                trace_state: &l.trace_state,
+                attributes: nested(&l.attributes),
+                dropped_attributes_count: l.dropped_attributes_count,
+                flags: l.flags,
+            })
+            .collect(),
+        resource: &shared.resource,
+        scope: &shared.scope,
+        attributes_moved: &moved,
+    };
+    let otel_dump = member("otel_dump", to_json(&dump))?;
+    let output = output.map(|o| member("output", o)).transpose()?;
 
-    let mut attributes = Map::new();
-    for (field, keys) in conv::ATTRIBUTE_KEYS {
-        if let Some((_, v)) = attrs.take_first(keys) {
-            attributes.insert(field.to_string(), v);
-        }
-    }
-    let display_name = attrs.take_first(conv::DISPLAY_NAME_KEYS).and_then(|(_, v)| as_string(v));
-    let thread_id = attrs.take_first(conv::THREAD_ID_KEYS).and_then(|(_, v)| as_string(v));
-    let is_turn = attrs.take_first(conv::IS_TURN_KEYS).is_some();
-    let turn_id = (thread_id.is_some() && is_turn).then(|| id.clone());
-    let wb_run_id = attrs.take_first(conv::WB_RUN_ID_KEYS).and_then(|(_, v)| as_string(v));
-    let wb_run_step = attrs.take_first(conv::WB_RUN_STEP_KEYS).and_then(|(_, v)| as_int(&v));
-    let wb_run_step_end =
-        attrs.take_first(conv::WB_RUN_STEP_END_KEYS).and_then(|(_, v)| as_int(&v));
-    let extra = attrs.take_first(&[conv::EXTRA_ATTRIBUTES_KEY]);
-    // Unmapped attributes first, so an extracted field of the same name wins.
-    let mut all = attrs.unmapped();
-    all.extend(attributes);
-    if let Some((_, Value::Object(extra))) = extra {
-        all.extend(extra);
-    }
-
-    let model = all
-        .get("model")
-        .and_then(Value::as_str)
-        .or_else(|| all.get("model_parameters")?.get("model")?.as_str())
-        .map(str::to_owned);
-    let dumped = dump(span, dumped_attributes, &moved, resource, scope, parent_id.as_deref());
-    let mut summary = Map::new();
-    if let Some(usage) = usage {
-        let key = model.unwrap_or_else(|| "usage".to_owned());
-        summary.insert("usage".into(), json!({ key: usage }));
-    }
-
-    // Every member must read back (see `limits::check_json_text`); the values are checked here,
-    // before they become text, so the text need not be scanned again.
-    let deep = |e: crate::ProtoError| e.to_string();
-    limits::check_map_depth("inputs", &inputs).map_err(deep)?;
-    limits::check_map_depth("attributes", &all).map_err(deep)?;
-    limits::check_json_depth("otel_dump", &dumped).map_err(deep)?;
-    if let Some(output) = &output {
-        limits::check_json_depth("output", output).map_err(deep)?;
-    }
-    Ok(CompleteCall {
-        start: StartedCall {
-            project_id: project.clone(),
-            id: Some(id),
-            trace_id: Some(trace_id),
+    // `{"usage": {model: usage}}`, or `{}`.
+    let summary: Map<String, Value> = usage
+        .map(|usage| {
+            let by_model =
+                Map::from_iter([(model.unwrap_or_else(|| "usage".to_owned()), usage.into())]);
+            ("usage".to_owned(), Value::Object(by_model))
+        })
+        .into_iter()
+        .collect();
+    Ok(CallPart {
+        project: project.clone(),
+        id,
+        trace_id: Some(trace_id),
+        start: Some(StartPart {
             op_name: op_ref(project, &span.name),
             display_name,
-            parent_id: parent_id.clone(),
+            parent_id,
             thread_id,
             turn_id,
             started_at,
-            attributes: Some(all),
-            inputs: Some(inputs),
-            otel_dump: Some(dumped),
+            attributes,
+            inputs,
+            otel_dump: Some(otel_dump),
+            wb_user_id: wb_user_id.map(str::to_owned),
             wb_run_id,
             wb_run_step,
-        },
-        ended_at,
-        summary: Some(summary),
-        output,
-        exception: exception(span, &status),
-        wb_run_step_end,
+        }),
+        end: Some(EndPart {
+            ended_at,
+            summary: to_json(&summary),
+            output,
+            exception: exception(span, &status),
+            wb_run_step_end,
+            display_name: None,
+        }),
     })
 }

@@ -5,6 +5,8 @@ use base64::Engine;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use serde_json::{Map, Value};
 
+use super::tree::Tree;
+
 /// One AnyValue as JSON: scalars as themselves, arrays and kvlists recursively, bytes as
 /// standard base64, non-finite doubles as `"nan"`/`"inf"`/`"-inf"`, an empty value as null.
 pub fn any_value(v: &AnyValue) -> Value {
@@ -50,56 +52,19 @@ pub fn attribute_value(v: Option<&AnyValue>) -> Value {
 }
 
 /// The flat attribute list, keys unsplit, values decoded.
-pub fn flat(attrs: &[KeyValue]) -> Vec<(String, Value)> {
-    attrs.iter().map(|kv| (kv.key.clone(), attribute_value(kv.value.as_ref()))).collect()
+pub fn flat(attrs: &[KeyValue]) -> Vec<(&str, Value)> {
+    attrs.iter().map(|kv| (kv.key.as_str(), attribute_value(kv.value.as_ref()))).collect()
 }
 
-/// Dotted keys as nested objects. A key that collides with another's structure (`a` = 1 and
-/// `a.b` = 2) keeps both readable: the scalar goes under the empty key of the object.
+/// Dotted keys as nested objects (the rule is [`Tree::insert_path`]'s).
 pub fn nest<'a>(attrs: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Map<String, Value> {
-    let mut root = Map::new();
-    for (key, value) in attrs {
-        insert_path(&mut root, key, value.clone());
-    }
-    root
+    Tree::nest(attrs).into_map()
 }
 
-fn insert_path(root: &mut Map<String, Value>, key: &str, value: Value) {
-    let mut segments = key.split('.').peekable();
-    let mut node = root;
-    while let Some(seg) = segments.next() {
-        if segments.peek().is_none() {
-            match node.get_mut(seg) {
-                Some(Value::Object(existing)) => match value {
-                    Value::Object(incoming) => merge(existing, incoming),
-                    other => {
-                        existing.insert(String::new(), other);
-                    }
-                },
-                _ => {
-                    node.insert(seg.to_owned(), value);
-                }
-            }
-            return;
-        }
-        let slot = node.entry(seg.to_owned()).or_insert_with(|| Value::Object(Map::new()));
-        if !slot.is_object() {
-            let scalar = std::mem::replace(slot, Value::Object(Map::new()));
-            slot.as_object_mut().expect("just set").insert(String::new(), scalar);
-        }
-        node = slot.as_object_mut().expect("an object");
-    }
-}
-
-fn merge(into: &mut Map<String, Value>, from: Map<String, Value>) {
-    for (k, v) in from {
-        match (into.get_mut(&k), v) {
-            (Some(Value::Object(a)), Value::Object(b)) => merge(a, b),
-            (_, v) => {
-                into.insert(k, v);
-            }
-        }
-    }
+/// `attrs` decoded and nested into one object.
+pub fn nested(attrs: &[KeyValue]) -> Value {
+    let flat = flat(attrs);
+    Value::Object(nest(flat.iter().map(|(k, v)| (*k, v))))
 }
 
 /// Objects whose keys are exactly `"0"`..`"n-1"` become arrays, recursively: the indexed
@@ -142,6 +107,35 @@ mod tests {
         assert_eq!(nested["a"], json!({"": 1, "b": 2}));
         let prompt = index_maps_to_lists(nested["gen_ai"]["prompt"].clone());
         assert_eq!(prompt, json!([{"role": "user", "content": "hi"}, {"role": "assistant"}]));
+    }
+
+    #[test]
+    fn object_values_merge_with_dotted_keys_in_either_order() {
+        let parsed = json!({"x": 1, "o": {"p": 1}});
+        let attrs = [("a", &parsed), ("a.y", &json!(2)), ("a.o.q", &json!(3))];
+        assert_eq!(
+            Value::Object(nest(attrs)),
+            json!({"a": {"x": 1, "o": {"p": 1, "q": 3}, "y": 2}})
+        );
+        let (scalar, object) = (json!(2), json!({"x": 1}));
+        let attrs = [("a.y", &scalar), ("a", &object), ("a", &scalar)];
+        assert_eq!(Value::Object(nest(attrs)), json!({"a": {"y": 2, "x": 1, "": 2}}));
+    }
+
+    #[test]
+    fn wide_objects_keep_first_positions_and_last_values() {
+        let values: Vec<Value> = (0..100).map(|i| json!(i)).collect();
+        let keys: Vec<String> = (0..50).map(|i| format!("k.{i}")).collect();
+        // Every key twice: the second value wins, in the first one's place.
+        let attrs = keys.iter().chain(&keys).zip(&values).map(|(k, v)| (k.as_str(), v));
+        let nested = nest(attrs);
+        let k = nested["k"].as_object().unwrap();
+        assert_eq!(
+            k.keys().cloned().collect::<Vec<_>>(),
+            keys.iter().map(|k| &k[2..]).collect::<Vec<_>>()
+        );
+        assert_eq!(k["0"], 50);
+        assert_eq!(k["49"], 99);
     }
 
     #[test]

@@ -1,0 +1,209 @@
+//! Dotted attribute keys nested into objects, over borrowed values: the one nesting rule
+//! (`gen_ai.prompt.0.role` → `{"gen_ai": {"prompt": {"0": {"role": ..}}}}`), built without
+//! copying the values and written straight to JSON text. A span's attributes are nested two or
+//! three times (its `otel_dump`, the call's `attributes`, a convention key's children), so
+//! copying them into `serde_json` maps each time was most of a span's conversion.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+
+use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde_json::{Map, Value};
+
+/// Entries a tree looks through one by one; past this it keeps an index of its keys, so that an
+/// object of thousands of attributes still nests in linear time.
+const SCAN: usize = 16;
+
+/// A JSON object in insertion order; setting a key that is present replaces its value in place
+/// (as a `serde_json::Map` does).
+#[derive(Debug, Default)]
+pub struct Tree<'v> {
+    entries: Vec<(Cow<'v, str>, Node<'v>)>,
+    index: Option<HashMap<Cow<'v, str>, usize>>,
+}
+
+#[derive(Debug)]
+pub enum Node<'v> {
+    Leaf(Cow<'v, Value>),
+    Tree(Tree<'v>),
+}
+
+impl<'v> Node<'v> {
+    fn is_object(&self) -> bool {
+        match self {
+            Node::Tree(_) => true,
+            Node::Leaf(v) => v.is_object(),
+        }
+    }
+
+    /// The node as a tree, an object leaf opened into one (its members still borrowed).
+    fn open(&mut self) -> Option<&mut Tree<'v>> {
+        if matches!(self, Node::Leaf(v) if v.is_object()) {
+            let Node::Leaf(object) = std::mem::replace(self, Node::Tree(Tree::default())) else {
+                unreachable!("matched above")
+            };
+            *self = Node::Tree(Tree::from_object(object));
+        }
+        match self {
+            Node::Tree(tree) => Some(tree),
+            Node::Leaf(_) => None,
+        }
+    }
+
+    /// The string at `path` below this node.
+    pub fn str_at(&self, path: &[&str]) -> Option<&str> {
+        match (self, path) {
+            (Node::Leaf(v), []) => v.as_str(),
+            (Node::Leaf(v), [key, rest @ ..]) => {
+                rest.iter().try_fold(v.get(key)?, |v, k| v.get(k))?.as_str()
+            }
+            (Node::Tree(tree), [key, rest @ ..]) => tree.get(key)?.str_at(rest),
+            (Node::Tree(_), []) => None,
+        }
+    }
+
+    fn into_value(self) -> Value {
+        match self {
+            Node::Leaf(v) => v.into_owned(),
+            Node::Tree(tree) => Value::Object(tree.into_map()),
+        }
+    }
+}
+
+impl<'v> Tree<'v> {
+    /// Nests `attrs` (dotted keys, in order) into one object.
+    pub fn nest(attrs: impl IntoIterator<Item = (&'v str, &'v Value)>) -> Tree<'v> {
+        let mut tree = Tree::default();
+        for (key, value) in attrs {
+            tree.insert_path(key, Cow::Borrowed(value));
+        }
+        tree
+    }
+
+    fn from_object(object: Cow<'v, Value>) -> Tree<'v> {
+        let mut tree = Tree::default();
+        match object {
+            Cow::Borrowed(Value::Object(map)) => {
+                for (k, v) in map {
+                    tree.set(Cow::Borrowed(k), Node::Leaf(Cow::Borrowed(v)));
+                }
+            }
+            Cow::Owned(Value::Object(map)) => {
+                for (k, v) in map {
+                    tree.set(Cow::Owned(k), Node::Leaf(Cow::Owned(v)));
+                }
+            }
+            _ => {}
+        }
+        tree
+    }
+
+    fn position(&self, key: &str) -> Option<usize> {
+        match &self.index {
+            Some(index) => index.get(key).copied(),
+            None => self.entries.iter().position(|(k, _)| k == key),
+        }
+    }
+
+    pub fn get(&self, key: &str) -> Option<&Node<'v>> {
+        self.position(key).map(|i| &self.entries[i].1)
+    }
+
+    /// Sets `key` to `node`: in place when present, else last.
+    pub fn set(&mut self, key: Cow<'v, str>, node: Node<'v>) {
+        match self.position(&key) {
+            Some(i) => self.entries[i].1 = node,
+            None => self.push(key, node),
+        }
+    }
+
+    /// Appends `key`, which is absent.
+    fn push(&mut self, key: Cow<'v, str>, node: Node<'v>) {
+        match &mut self.index {
+            Some(index) => {
+                index.insert(key.clone(), self.entries.len());
+            }
+            None if self.entries.len() == SCAN => {
+                let mut index: HashMap<_, _> =
+                    self.entries.iter().enumerate().map(|(i, (k, _))| (k.clone(), i)).collect();
+                index.insert(key.clone(), self.entries.len());
+                self.index = Some(index);
+            }
+            None => {}
+        }
+        self.entries.push((key, node));
+    }
+
+    /// Sets the value at the dotted `key`. A key that collides with another's structure (`a` = 1
+    /// and `a.b` = 2) keeps both readable: the scalar goes under the empty key of the object; an
+    /// object value merges into an object already there.
+    pub fn insert_path(&mut self, key: &'v str, value: Cow<'v, Value>) {
+        let mut segments = key.split('.').peekable();
+        let mut node = self;
+        while let Some(seg) = segments.next() {
+            let at = node.position(seg);
+            if segments.peek().is_none() {
+                match at.map(|i| &mut node.entries[i].1).filter(|n| n.is_object()) {
+                    Some(existing) => {
+                        let existing = existing.open().expect("an object");
+                        if value.is_object() {
+                            existing.merge(value);
+                        } else {
+                            existing.set(Cow::Borrowed(""), Node::Leaf(value));
+                        }
+                    }
+                    None => node.set(Cow::Borrowed(seg), Node::Leaf(value)),
+                }
+                return;
+            }
+            let i = at.unwrap_or_else(|| {
+                node.push(Cow::Borrowed(seg), Node::Tree(Tree::default()));
+                node.entries.len() - 1
+            });
+            let slot = &mut node.entries[i].1;
+            if !slot.is_object() {
+                let scalar = std::mem::replace(slot, Node::Tree(Tree::default()));
+                if let Node::Tree(tree) = slot {
+                    tree.push(Cow::Borrowed(""), scalar);
+                }
+            }
+            node = slot.open().expect("an object");
+        }
+    }
+
+    /// Merges the members of the object `from` in: objects into objects, anything else set.
+    fn merge(&mut self, from: Cow<'v, Value>) {
+        for (key, value) in Tree::from_object(from).entries {
+            match self.position(&key).map(|i| &mut self.entries[i].1) {
+                Some(existing) if existing.is_object() && value.is_object() => {
+                    let Node::Leaf(value) = value else { unreachable!("members are leaves") };
+                    existing.open().expect("an object").merge(value);
+                }
+                _ => self.set(key, value),
+            }
+        }
+    }
+
+    pub fn into_map(self) -> Map<String, Value> {
+        self.entries.into_iter().map(|(k, n)| (k.into_owned(), n.into_value())).collect()
+    }
+}
+
+impl Serialize for Tree<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        let mut map = s.serialize_map(Some(self.entries.len()))?;
+        for (k, node) in &self.entries {
+            map.serialize_entry(k, node)?;
+        }
+        map.end()
+    }
+}
+
+impl Serialize for Node<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Node::Leaf(v) => v.serialize(s),
+            Node::Tree(tree) => tree.serialize(s),
+        }
+    }
+}
