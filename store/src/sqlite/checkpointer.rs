@@ -12,9 +12,10 @@ use std::time::Duration;
 
 use rusqlite::Connection;
 
-/// WAL pages after which the writer checkpoints itself (SQLite's default is 1000): only when
-/// the checkpointer cannot keep up. 4096 pages of 4 KiB is 16 MiB of WAL.
-pub(crate) const WRITER_AUTOCHECKPOINT_PAGES: u32 = 4096;
+/// WAL size after which the writer checkpoints itself (SQLite's default is 1000 pages, 4 MiB
+/// of 4 KiB pages): only when the checkpointer cannot keep up. Set in pages of the database's
+/// own size.
+pub(crate) const WRITER_AUTOCHECKPOINT_BYTES: i64 = 64 << 20;
 
 /// Bytes the WAL file is cut back to when it restarts after a complete checkpoint, so a burst
 /// does not leave a large WAL on disk.

@@ -65,6 +65,12 @@ pub struct SqliteStore {
 /// Settings every connection gets. `synchronous = FULL` makes a commit durable against power
 /// loss, not only a process crash: an ack must mean the data survives (group commit pays for
 /// the fsync once per batch, not once per call).
+/// Page size of a new database. A call row is 1–5 KB: on 4 KiB pages two small rows fill 3 KiB
+/// of a page and a large one spills into an overflow page of its own, so about a fifth of the
+/// table was empty space; 16 KiB pages hold them with little left over, and each B-tree insert
+/// and WAL frame moves more rows per page (docs/benchmarks.md, "16 KiB pages").
+const PAGE_SIZE: u32 = 16 * 1024;
+
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.pragma_update(None, "synchronous", "FULL")?;
@@ -88,11 +94,15 @@ impl SqliteStore {
             .map_err(|source| backend(DataDirError { dir: dir.display().to_string(), source }))?;
         let path = dir.join("heddle.db");
         let mut conn = Connection::open(&path).map_err(backend)?;
+        // Takes effect only on a new database (docs/storage.md#page-size).
+        conn.pragma_update(None, "page_size", PAGE_SIZE).map_err(backend)?;
         conn.pragma_update(None, "journal_mode", "WAL").map_err(backend)?;
         configure(&conn).map_err(backend)?;
         migrations::migrate(&mut conn).map_err(backend)?;
-        conn.pragma_update(None, "wal_autocheckpoint", checkpointer::WRITER_AUTOCHECKPOINT_PAGES)
-            .map_err(backend)?;
+        let page_size: i64 =
+            conn.pragma_query_value(None, "page_size", |row| row.get(0)).map_err(backend)?;
+        let backstop = checkpointer::WRITER_AUTOCHECKPOINT_BYTES / page_size.max(512);
+        conn.pragma_update(None, "wal_autocheckpoint", backstop).map_err(backend)?;
         conn.pragma_update(None, "journal_size_limit", checkpointer::WAL_SIZE_LIMIT)
             .map_err(backend)?;
         let checkpointer = checkpointer::Checkpointer::start(path.clone()).map_err(backend)?;
