@@ -22,7 +22,7 @@ use crate::ProtoError;
 use crate::calls::CallPart;
 
 pub use json::decode_json;
-pub use span::{Scope, Shared};
+pub use span::Scope;
 
 /// Decodes an OTLP/protobuf body; one with more spans or values than [`crate::limits`] allows
 /// is refused before it is decoded.
@@ -112,7 +112,7 @@ pub fn convert(
         }))
         .expect("JSON values always serialise");
         for ss in &rs.scope_spans {
-            let shared = Shared {
+            let shared = span::Shared {
                 resource: resource.clone(),
                 scope: Scope {
                     name: ss.scope.as_ref().map_or("", |s| s.name.as_str()),

@@ -356,7 +356,7 @@ impl Moved<'_> {
     }
 }
 
-/// What a span shares with the others of its resource and scope: written once per request.
+/// What a span shares with the others of its resource and scope, written once for all of them.
 pub struct Shared<'a> {
     /// `{"attributes": .., "dropped_attributes_count": ..}` of the resource, or `null`.
     pub resource: Box<RawValue>,
