@@ -297,7 +297,8 @@ fn check_opt_id(what: &str, id: &Option<String>) -> Result<(), ProtoError> {
     id.as_deref().map_or(Ok(()), |id| check_id(what, id))
 }
 
-fn to_json<T: Serialize>(v: &T) -> String {
+/// A value as JSON text (JSON members are stored as text).
+pub(crate) fn to_json<T: Serialize + ?Sized>(v: &T) -> String {
     serde_json::to_string(v).expect("JSON values always serialise")
 }
 

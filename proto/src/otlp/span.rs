@@ -18,7 +18,7 @@ use super::op::op_ref;
 use super::tree::{Node, Tree};
 use super::values::{flat, index_maps_to_lists, nested};
 use crate::ProjectId;
-use crate::calls::{CallPart, EndPart, StartPart};
+use crate::calls::{CallPart, EndPart, StartPart, to_json};
 use crate::limits;
 use crate::time::Micros;
 
@@ -206,10 +206,6 @@ fn as_int(v: &Value) -> Option<i64> {
         Value::String(s) => s.trim().parse().ok(),
         _ => None,
     }
-}
-
-fn to_json<T: Serialize + ?Sized>(v: &T) -> String {
-    serde_json::to_string(v).expect("JSON values always serialise")
 }
 
 /// An object of one member, written without building it.
