@@ -82,15 +82,16 @@ impl<'v> Tree<'v> {
 
     fn from_object(object: Cow<'v, Value>) -> Tree<'v> {
         let mut tree = Tree::default();
+        // A map's keys are unique: each is appended without a lookup.
         match object {
             Cow::Borrowed(Value::Object(map)) => {
                 for (k, v) in map {
-                    tree.set(Cow::Borrowed(k), Node::Leaf(Cow::Borrowed(v)));
+                    tree.push(Cow::Borrowed(k), Node::Leaf(Cow::Borrowed(v)));
                 }
             }
             Cow::Owned(Value::Object(map)) => {
                 for (k, v) in map {
-                    tree.set(Cow::Owned(k), Node::Leaf(Cow::Owned(v)));
+                    tree.push(Cow::Owned(k), Node::Leaf(Cow::Owned(v)));
                 }
             }
             _ => {}
