@@ -15,8 +15,8 @@ use axum::routing::post;
 use axum::{Extension, Router};
 use heddle_api::settings::prepare;
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
-use heddle_proto::ProjectId;
 use heddle_proto::otlp::{self, op};
+use heddle_proto::{ProjectId, ProtoError};
 use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
@@ -92,6 +92,10 @@ pub(crate) fn header_project(headers: &HeaderMap) -> Result<Option<ProjectId>, A
     }
 }
 
+/// How an export request becomes what is stored: `otlp::convert` for traces, `logs::convert`
+/// for logs; given the request, the header's project and the key's user.
+type Converter<Req, T> = fn(&Req, Option<&ProjectId>, Option<&str>) -> Result<T, ProtoError>;
+
 impl OtlpIngest {
     pub(crate) fn state(&self) -> &AppState {
         &self.state
@@ -122,16 +126,7 @@ impl OtlpIngest {
         header_project: Option<ProjectId>,
         decode: impl FnOnce() -> Result<ExportTraceServiceRequest, ApiError> + Send + 'static,
     ) -> Result<ExportTraceServiceResponse, ApiError> {
-        if let Some(p) = &header_project {
-            who.check(p)?;
-        }
-        let user = who.user_id().to_owned();
-        let converted = self
-            .convert(move || {
-                let req = decode()?;
-                Ok(otlp::convert(&req, header_project.as_ref(), Some(&user))?)
-            })
-            .await?;
+        let converted = self.convert(who, header_project, decode, otlp::convert).await?;
         let projects: BTreeSet<&ProjectId> = converted.ops.iter().map(|(p, _)| p).collect();
         for p in projects {
             who.check(p)?;
@@ -147,14 +142,25 @@ impl OtlpIngest {
         Ok(response)
     }
 
-    /// Runs `work` (decoding and converting an export request) on the blocking pool, one
-    /// request per core at a time (see [`OtlpIngest::converting`]).
-    pub(crate) async fn convert<T: Send + 'static>(
+    /// Checks the key against the header's project, then decodes an export request (with
+    /// `decode`) and converts it (with `convert`, as the key's user) on the blocking pool, one
+    /// request per core at a time (see [`OtlpIngest::converting`]). Traces and logs alike.
+    pub(crate) async fn convert<Req: 'static, T: Send + 'static>(
         &self,
-        work: impl FnOnce() -> Result<T, ApiError> + Send + 'static,
+        who: &Principal,
+        header_project: Option<ProjectId>,
+        decode: impl FnOnce() -> Result<Req, ApiError> + Send + 'static,
+        convert: Converter<Req, T>,
     ) -> Result<T, ApiError> {
+        if let Some(p) = &header_project {
+            who.check(p)?;
+        }
+        let user = who.user_id().to_owned();
         let _slot = self.converting.acquire().await.expect("the semaphore is never closed");
-        heddle_api::blocking(work).await
+        heddle_api::blocking(move || -> Result<T, ApiError> {
+            Ok(convert(&decode()?, header_project.as_ref(), Some(&user))?)
+        })
+        .await
     }
 
     /// Writes the placeholder op (and its source file) of every span name not yet known to

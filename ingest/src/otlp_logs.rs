@@ -30,16 +30,7 @@ impl OtlpIngest {
         header_project: Option<ProjectId>,
         decode: impl FnOnce() -> Result<ExportLogsServiceRequest, ApiError> + Send + 'static,
     ) -> Result<ExportLogsServiceResponse, ApiError> {
-        if let Some(p) = &header_project {
-            who.check(p)?;
-        }
-        let user = who.user_id().to_owned();
-        let converted = self
-            .convert(move || {
-                let req = decode()?;
-                Ok(logs::convert(&req, header_project.as_ref(), Some(&user))?)
-            })
-            .await?;
+        let converted = self.convert(who, header_project, decode, logs::convert).await?;
         // Nothing is stored unless the key may write every project of the request.
         for p in &converted.projects {
             who.check(p)?;
