@@ -76,19 +76,7 @@ fn feedback(project: &ProjectId, id: &str, created_at: Micros) -> NewFeedback {
 
 async fn call_ids(store: &dyn Store, project: &ProjectId) -> Vec<String> {
     use futures::StreamExt;
-    let q = CallsQueryReq {
-        project_id: project.clone(),
-        filter: None,
-        query: None,
-        sort_by: None,
-        limit: None,
-        offset: None,
-        columns: None,
-        expand_columns: None,
-        return_expanded_column_values: None,
-        include_feedback: None,
-        include_costs: None,
-    };
+    let q = CallsQueryReq::for_project(project.clone());
     let rows: Vec<_> = store.query_calls(q.validate().unwrap()).await.unwrap().collect().await;
     let mut ids: Vec<String> = rows.into_iter().map(|r| r.unwrap().id).collect();
     ids.sort();

@@ -836,6 +836,24 @@ pub struct Columns {
 }
 
 impl CallsQueryReq {
+    /// Every call of `project_id`: no filter, query, order, page or extra columns. A caller sets
+    /// what it needs with `CallsQueryReq { .., ..CallsQueryReq::for_project(p) }`.
+    pub fn for_project(project_id: ProjectId) -> CallsQueryReq {
+        CallsQueryReq {
+            project_id,
+            filter: None,
+            query: None,
+            sort_by: None,
+            limit: None,
+            offset: None,
+            columns: None,
+            expand_columns: None,
+            return_expanded_column_values: None,
+            include_feedback: None,
+            include_costs: None,
+        }
+    }
+
     /// The query as SQL sees it; `expand_columns` play no part (see [`CallsQueryReq::plan`]).
     pub fn validate(self) -> Result<CallsQuery, ProtoError> {
         use heddle_ql::Direction;

@@ -140,17 +140,8 @@ async fn add_items(
         return Err(not_found(&id));
     }
     let calls = CallsQueryReq {
-        project_id: project.clone(),
         filter: Some(CallsFilter { call_ids: Some(call_ids.clone()), ..Default::default() }),
-        query: None,
-        sort_by: None,
-        limit: None,
-        offset: None,
-        columns: None,
-        expand_columns: None,
-        return_expanded_column_values: None,
-        include_feedback: None,
-        include_costs: None,
+        ..CallsQueryReq::for_project(project.clone())
     };
     let mut rows = state.store.query_calls(calls.validate()?).await?;
     let mut found = std::collections::HashMap::new();

@@ -40,17 +40,9 @@ async fn read(
 ) -> Result<axum::Json<Value>, ApiError> {
     who.check(&req.project_id)?;
     let q = CallsQueryReq {
-        project_id: req.project_id,
         filter: Some(CallsFilter { call_ids: Some(vec![req.id]), ..Default::default() }),
-        query: None,
-        sort_by: None,
         limit: Some(1),
-        offset: None,
-        columns: None,
-        expand_columns: None,
-        return_expanded_column_values: None,
-        include_feedback: None,
-        include_costs: None,
+        ..CallsQueryReq::for_project(req.project_id)
     };
     let settings = state.settings.get(&q.project_id).await?;
     let mut rows = state.store.query_calls(q.validate()?).await?;

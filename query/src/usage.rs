@@ -70,17 +70,11 @@ async fn read_calls(
     limit: u64,
 ) -> Result<Vec<Call>, ApiError> {
     let req = CallsQueryReq {
-        project_id: project.clone(),
         filter,
         query,
-        sort_by: None,
         limit: Some(limit as i64 + 1),
-        offset: None,
         columns: Some(vec!["id".into()]),
-        expand_columns: None,
-        return_expanded_column_values: None,
-        include_feedback: None,
-        include_costs: None,
+        ..CallsQueryReq::for_project(project.clone())
     };
     let mut rows = state.store.query_calls(req.validate()?).await?;
     let mut calls = Vec::new();
