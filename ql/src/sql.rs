@@ -30,6 +30,11 @@ pub trait Dialect {
     const POSITION: &'static str;
     /// Full Unicode case folding, as the in-memory evaluator folds (docs/query-language.md).
     const FOLD: &'static str;
+    /// A function `f(json_text, needle, case_insensitive)` that is false only when no value read
+    /// from the JSON text can contain the needle: `$contains` on a JSON path with a literal needle
+    /// tests it first, so that rows that cannot match are not parsed. `None` where extracting a
+    /// value is cheap enough.
+    const SUBSTRING_PRETEST: Option<&'static str>;
     /// A `$convert` that is not the same in every dialect (see [`convert`] for those that are).
     /// `(Double, String)` is also how JSON paths sort numerically.
     fn cast(to: ConvertTo, from: ValueType) -> Cast;
@@ -51,6 +56,11 @@ pub trait FieldSql<D: ?Sized>: FieldKind {
     fn value(&self, sql: &mut D);
     /// "Present and not JSON null", for a field with `is_json_path`.
     fn exists(&self, sql: &mut D);
+    /// The column holding the JSON text the value is read from, for a JSON path into a stored
+    /// document (see [`Dialect::SUBSTRING_PRETEST`]).
+    fn json_document(&self) -> Option<&'static str> {
+        None
+    }
 }
 
 /// ` AND (<e>)` when there is an expression.
@@ -204,13 +214,22 @@ pub fn expr<D: Dialect, F: FieldSql<D>>(sql: &mut D, e: &TExpr<F>) {
                 }
                 sql.push("(");
             };
+            sql.push("(");
+            if let (Some(pretest), TOperand::Field(f), TOperand::Lit(needle @ Lit::Str(_))) =
+                (D::SUBSTRING_PRETEST, input, substr)
+                && let Some(document) = f.json_document()
+            {
+                sql.push(pretest).push("(").push(document).push(", ");
+                sql.literal(needle);
+                sql.push(if *case_insensitive { ", 1) AND " } else { ", 0) AND " });
+            }
             sql.push("(").push(D::POSITION).push("(");
             fold(sql);
             operand(sql, input);
             sql.push("), ");
             fold(sql);
             operand(sql, substr);
-            sql.push(")) > 0)");
+            sql.push(")) > 0))");
         }
     }
 }

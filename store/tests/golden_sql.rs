@@ -68,7 +68,9 @@ fn call_cases() -> Vec<(&'static str, Value)> {
                              [{"$literal": "a"}, {"$getField": "op_name"}]]},
                     {"$contains": {"input": {"$getField": "display_name"},
                                    "substr": {"$literal": "Ab"}, "case_insensitive": true}},
-                    {"$contains": {"input": {"$getField": "op_name"}, "substr": {"$literal": "x"}}}
+                    {"$contains": {"input": {"$getField": "op_name"}, "substr": {"$literal": "x"}}},
+                    {"$contains": {"input": {"$getField": "inputs.question"},
+                                   "substr": {"$literal": "Vortex"}, "case_insensitive": true}}
                 ]}},
                 "sort_by": [{"field": "op_name", "direction": "desc"}, {"field": "started_at"}],
                 "limit": 10, "offset": 20

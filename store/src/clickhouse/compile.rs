@@ -81,6 +81,8 @@ impl Dialect for Sql {
     const IN_AS_EQUALITIES: bool = true;
     const POSITION: &'static str = "position";
     const FOLD: &'static str = "lowerUTF8";
+    // ClickHouse scans columns in parallel and has not been measured to need one.
+    const SUBSTRING_PRETEST: Option<&'static str> = None;
     fn cast(to: ConvertTo, from: ValueType) -> Cast {
         use ValueType as T;
         let (pre, post) = match (to, from) {

@@ -68,6 +68,8 @@ impl Dialect for Sql {
     const POSITION: &'static str = "instr";
     // hd_fold is registered in functions.rs.
     const FOLD: &'static str = "hd_fold";
+    // Registered in functions.rs; parsing a row's JSON is most of a `$contains` scan.
+    const SUBSTRING_PRETEST: Option<&'static str> = Some("hd_may_contain");
     fn cast(to: ConvertTo, from: ValueType) -> Cast {
         use ValueType as T;
         let (pre, post) = match (to, from) {
@@ -251,6 +253,12 @@ impl FieldSql<Sql> for CallField {
             json_exists(sql, *root, segs)
         }
     }
+    fn json_document(&self) -> Option<&'static str> {
+        match self {
+            CallField::Json(root, _) => Some(json_column(*root)),
+            _ => None,
+        }
+    }
 }
 
 /// `feedback.[<type>]...` of the call (docs/api/query.md#calls-fields): of the call's feedback rows
@@ -298,6 +306,12 @@ impl FieldSql<Sql> for FeedbackField {
     fn exists(&self, sql: &mut Sql) {
         if let FeedbackField::Payload(segs) = self {
             json_exists_in(sql, "payload", segs)
+        }
+    }
+    fn json_document(&self) -> Option<&'static str> {
+        match self {
+            FeedbackField::Payload(_) => Some("payload"),
+            FeedbackField::Column(_) => None,
         }
     }
 }

@@ -1,10 +1,12 @@
 //! SQL functions registered on every connection. They give `$convert` the query language's
 //! semantics (a failed numeric cast is NULL, where SQLite's CAST would yield 0) and `$contains` its case
-//! folding.
+//! folding and its test of a row's JSON text before the value is extracted.
 
 use rusqlite::Connection;
 use rusqlite::functions::FunctionFlags;
 use rusqlite::types::ValueRef;
+
+use super::substring::TextTest;
 
 pub fn register(conn: &Connection) -> rusqlite::Result<()> {
     let flags = FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC;
@@ -44,6 +46,22 @@ pub fn register(conn: &Connection) -> rusqlite::Result<()> {
     conn.create_scalar_function("hd_fold", 1, flags, |ctx| {
         let s: Option<String> = ctx.get(0)?;
         Ok(s.map(|s| heddle_ql::eval::fold_case(&s)))
+    })?;
+    // hd_may_contain(json_text, needle, case_insensitive): false only when no value read from
+    // the JSON text can contain the needle (substring.rs). The test is built once per statement.
+    conn.create_scalar_function("hd_may_contain", 3, flags, |ctx| {
+        let case_insensitive: bool = ctx.get(2)?;
+        let test = ctx.get_or_create_aux(1, |needle| {
+            Ok::<_, rusqlite::types::FromSqlError>(TextTest::new(
+                needle.as_str()?,
+                case_insensitive,
+            ))
+        })?;
+        Ok(match ctx.get_raw(0) {
+            ValueRef::Text(text) => test.may_contain(text),
+            // NULL and non-text columns read as '' or as their own text: test in full.
+            _ => true,
+        })
     })?;
     conn.create_scalar_function("hd_op_name", 1, flags, |ctx| {
         let op: Option<String> = ctx.get(0)?;

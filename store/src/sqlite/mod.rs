@@ -23,6 +23,7 @@ mod otel_logs;
 mod project_settings;
 mod projects;
 pub mod sql;
+mod substring;
 mod tables;
 mod tags;
 mod threads;
@@ -62,15 +63,15 @@ pub struct SqliteStore {
     _checkpointer: checkpointer::Checkpointer,
 }
 
-/// Settings every connection gets. `synchronous = FULL` makes a commit durable against power
-/// loss, not only a process crash: an ack must mean the data survives (group commit pays for
-/// the fsync once per batch, not once per call).
 /// Page size of a new database. A call row is 1–5 KB: on 4 KiB pages two small rows fill 3 KiB
 /// of a page and a large one spills into an overflow page of its own, so about a fifth of the
 /// table was empty space; 16 KiB pages hold them with little left over, and each B-tree insert
 /// and WAL frame moves more rows per page (docs/benchmarks.md, "16 KiB pages").
 const PAGE_SIZE: u32 = 16 * 1024;
 
+/// Settings every connection gets. `synchronous = FULL` makes a commit durable against power
+/// loss, not only a process crash: an ack must mean the data survives (group commit pays for
+/// the fsync once per batch, not once per call).
 fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(10))?;
     conn.pragma_update(None, "synchronous", "FULL")?;

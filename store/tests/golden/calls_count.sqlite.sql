@@ -1,4 +1,4 @@
-SELECT COUNT(*) FROM (SELECT 1 FROM calls INDEXED BY calls_by_trace WHERE project_id = ? AND deleted_at IS NULL AND started_at IS NOT NULL AND parent_id IN (SELECT value FROM json_each(?)) AND trace_id IN (SELECT value FROM json_each(?)) AND wb_user_id IN (SELECT value FROM json_each(?)) AND wb_run_id IN (SELECT value FROM json_each(?)) AND thread_id IN (SELECT value FROM json_each(?)) AND turn_id IN (SELECT value FROM json_each(?)) AND (op_name IN (SELECT value FROM json_each(?)) OR substr(op_name, 1, ?) = ?) AND EXISTS (SELECT 1 FROM json_tree(inputs) t WHERE t.type = 'text' AND t.atom IN (SELECT value FROM json_each(?))) AND EXISTS (SELECT 1 FROM json_tree(output) t WHERE t.type = 'text' AND t.atom IN (SELECT value FROM json_each(?))) AND parent_id IS NULL AND (((op_name = ?) AND (started_at > ?) AND (NOT COALESCE(((display_name IS NULL)), 0)) AND ((wb_run_step < ?) OR (((ended_at - started_at) / 1000) <= ?) OR ((CASE WHEN exception IS NOT NULL THEN 'error' WHEN ended_at IS NULL THEN 'running' WHEN COALESCE(CAST(json_extract(summary, '$.status_counts.error') AS REAL), 0) > 0 THEN 'descendant_error' ELSE 'success' END) >= ?)) AND (COALESCE(display_name, hd_op_name(op_name)) IN (?, op_name)) AND (instr(hd_fold(display_name), hd_fold(?)) > 0) AND (instr((op_name), (?)) > 0))) LIMIT ?)
+SELECT COUNT(*) FROM (SELECT 1 FROM calls INDEXED BY calls_by_trace WHERE project_id = ? AND deleted_at IS NULL AND started_at IS NOT NULL AND parent_id IN (SELECT value FROM json_each(?)) AND trace_id IN (SELECT value FROM json_each(?)) AND wb_user_id IN (SELECT value FROM json_each(?)) AND wb_run_id IN (SELECT value FROM json_each(?)) AND thread_id IN (SELECT value FROM json_each(?)) AND turn_id IN (SELECT value FROM json_each(?)) AND (op_name IN (SELECT value FROM json_each(?)) OR substr(op_name, 1, ?) = ?) AND EXISTS (SELECT 1 FROM json_tree(inputs) t WHERE t.type = 'text' AND t.atom IN (SELECT value FROM json_each(?))) AND EXISTS (SELECT 1 FROM json_tree(output) t WHERE t.type = 'text' AND t.atom IN (SELECT value FROM json_each(?))) AND parent_id IS NULL AND (((op_name = ?) AND (started_at > ?) AND (NOT COALESCE(((display_name IS NULL)), 0)) AND ((wb_run_step < ?) OR (((ended_at - started_at) / 1000) <= ?) OR ((CASE WHEN exception IS NOT NULL THEN 'error' WHEN ended_at IS NULL THEN 'running' WHEN COALESCE(CAST(json_extract(summary, '$.status_counts.error') AS REAL), 0) > 0 THEN 'descendant_error' ELSE 'success' END) >= ?)) AND (COALESCE(display_name, hd_op_name(op_name)) IN (?, op_name)) AND ((instr(hd_fold(display_name), hd_fold(?)) > 0)) AND ((instr((op_name), (?)) > 0)) AND (hd_may_contain(inputs, ?, 1) AND (instr(hd_fold(COALESCE(CASE json_type(inputs, ?) WHEN 'text' THEN inputs ->> ? WHEN 'integer' THEN inputs -> ? WHEN 'real' THEN inputs -> ? WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' END, '')), hd_fold(?)) > 0)))) LIMIT ?)
 -- parameters
 -- Text("e/p")
 -- Text("[\"p1\"]")
@@ -20,4 +20,10 @@ SELECT COUNT(*) FROM (SELECT 1 FROM calls INDEXED BY calls_by_trace WHERE projec
 -- Text("a")
 -- Text("Ab")
 -- Text("x")
+-- Text("Vortex")
+-- Text("$.\"question\"")
+-- Text("$.\"question\"")
+-- Text("$.\"question\"")
+-- Text("$.\"question\"")
+-- Text("Vortex")
 -- Integer(10)

@@ -1,4 +1,4 @@
-SELECT COUNT(*) FROM feedback WHERE project_id = ? AND (((COALESCE(CASE json_type(payload, ?) WHEN 'text' THEN payload ->> ? WHEN 'integer' THEN payload -> ? WHEN 'real' THEN payload -> ? WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' END, '') = ?) OR (weave_ref IN (?)) OR (instr(hd_fold(feedback_type), hd_fold(?)) > 0) OR (created_at > ?)))
+SELECT COUNT(*) FROM feedback WHERE project_id = ? AND (((COALESCE(CASE json_type(payload, ?) WHEN 'text' THEN payload ->> ? WHEN 'integer' THEN payload -> ? WHEN 'real' THEN payload -> ? WHEN 'true' THEN 'true' WHEN 'false' THEN 'false' END, '') = ?) OR (weave_ref IN (?)) OR ((instr(hd_fold(feedback_type), hd_fold(?)) > 0)) OR (created_at > ?)))
 -- parameters
 -- Text("e/p")
 -- Text("$.\"note\"")

@@ -1,0 +1,153 @@
+//! `$contains` on a JSON path first tests the row's JSON text (`hd_may_contain`) so that rows
+//! which cannot match are not parsed. The test must never change an answer: every query here
+//! runs twice, once as compiled and once on a connection where the pretest passes every row,
+//! and the two must select the same calls. The documents spell values every way JSON allows
+//! (escapes, `\/`, numbers as written, characters whose lower case is ASCII).
+#![cfg(feature = "sqlite")]
+
+use heddle_proto::calls::CallsQueryReq;
+use heddle_store::sqlite::{functions, migrations, sql};
+use rusqlite::Connection;
+use rusqlite::functions::FunctionFlags;
+use serde_json::json;
+
+const PROJECT: &str = "e/p";
+
+/// Raw JSON texts of `inputs`, as a client may send them.
+const DOCUMENTS: &[&str] = &[
+    r#"{"q":"a zqxvortex b"}"#,
+    r#"{"q":"ZQXVORTEX"}"#,
+    r#"{"q":"zqx\u0076ortex"}"#,
+    r#"{"q":"\u005Aqxvortex"}"#,
+    r#"{"q":"line\nvortex\t"}"#,
+    r#"{"q":"say \"vortex\""}"#,
+    r#"{"q":"a\/b and a/b"}"#,
+    r#"{"q":"a\/b only"}"#,
+    r#"{"q":"\u212Aey"}"#,
+    "{\"q\":\"\u{212A}EY\"}",
+    "{\"q\":\"\u{130}stanbul\"}",
+    r#"{"q":"\u0130stanbul"}"#,
+    "{\"q\":\"ÄPFEL\"}",
+    r#"{"q":"\u00c4pfel"}"#,
+    r#"{"q":1E2}"#,
+    r#"{"q":-0.50}"#,
+    r#"{"q":true}"#,
+    r#"{"q":null}"#,
+    r#"{"q":{"vortex":"vortex"}}"#,
+    r#"{"q":["vortex"]}"#,
+    r#"{"vortex":"key"}"#,
+    r#"{"other":"vortex"}"#,
+    r#"{}"#,
+];
+
+const NEEDLES: &[&str] = &[
+    "vortex",
+    "Vortex",
+    "VORTEX",
+    "zqxvortex",
+    "key",
+    "KEY",
+    "a/b",
+    "/",
+    "1E2",
+    "1e2",
+    "0.5",
+    "-0.50",
+    "true",
+    "TRUE",
+    "äpf",
+    "ÄPF",
+    "istanbul",
+    "i\u{307}stan",
+    "\"vortex\"",
+    "\nvortex",
+    "x\\y",
+    "",
+    "null",
+];
+
+fn database(pretest: bool) -> Connection {
+    let mut conn = Connection::open_in_memory().unwrap();
+    functions::register(&conn).unwrap();
+    if !pretest {
+        conn.create_scalar_function(
+            "hd_may_contain",
+            3,
+            FunctionFlags::SQLITE_UTF8 | FunctionFlags::SQLITE_DETERMINISTIC,
+            |_| Ok(true),
+        )
+        .unwrap();
+    }
+    migrations::migrate(&mut conn).unwrap();
+    for (i, inputs) in DOCUMENTS.iter().enumerate() {
+        conn.execute(
+            "INSERT INTO calls (project_id, id, trace_id, op_name, started_at, attributes, \
+             inputs, summary) VALUES (?1, ?2, ?2, 'op', ?3, '{}', ?4, '{}')",
+            rusqlite::params![PROJECT, format!("c{i:02}"), 1_000 + i as i64, inputs],
+        )
+        .unwrap();
+    }
+    conn
+}
+
+fn selected(conn: &Connection, query: serde_json::Value) -> Vec<String> {
+    let req: CallsQueryReq =
+        serde_json::from_value(json!({"project_id": PROJECT, "query": {"$expr": query}})).unwrap();
+    let q = sql::select_calls(&req.validate().unwrap());
+    let mut stmt = conn.prepare(&q.text).unwrap();
+    let rows = stmt
+        .query_map(rusqlite::params_from_iter(q.params.iter()), |row| row.get::<_, String>("id"))
+        .unwrap();
+    let mut ids: Vec<String> = rows.map(Result::unwrap).collect();
+    ids.sort();
+    ids
+}
+
+#[test]
+fn the_pretest_never_changes_an_answer() {
+    let (with, without) = (database(true), database(false));
+    let mut matched = 0;
+    for needle in NEEDLES {
+        for case_insensitive in [false, true] {
+            for path in ["inputs.q", "inputs.vortex"] {
+                for negate in [false, true] {
+                    let contains = json!({"$contains": {
+                        "input": {"$getField": path},
+                        "substr": {"$literal": needle},
+                        "case_insensitive": case_insensitive,
+                    }});
+                    let query = if negate { json!({"$not": [contains]}) } else { contains };
+                    let got = selected(&with, query.clone());
+                    let want = selected(&without, query.clone());
+                    assert_eq!(got, want, "{query}");
+                    matched += want.len();
+                }
+            }
+        }
+    }
+    // The documents do match: the comparison is not between two empty answers.
+    assert!(matched > 500, "{matched}");
+}
+
+#[test]
+fn escapes_and_folding_still_match() {
+    let db = database(true);
+    let ids = |needle: &str, ci: bool| {
+        selected(
+            &db,
+            json!({"$contains": {"input": {"$getField": "inputs.q"},
+                                 "substr": {"$literal": needle}, "case_insensitive": ci}}),
+        )
+    };
+    // `\u0076` is a "v", `\u005A` a "Z".
+    assert_eq!(ids("zqxvortex", false), ["c00", "c02"]);
+    assert_eq!(ids("zqxvortex", true), ["c00", "c01", "c02", "c03"]);
+    // `\/` is a "/".
+    assert_eq!(ids("a/b", false), ["c06", "c07"]);
+    // The Kelvin sign folds to "k", raw or escaped.
+    assert_eq!(ids("key", true), ["c08", "c09"]);
+    assert_eq!(ids("äpf", true), ["c12", "c13"]);
+    // Numbers read as written.
+    assert_eq!(ids("1E2", false), ["c14"]);
+    assert_eq!(ids("-0.5", false), ["c15"]);
+}
