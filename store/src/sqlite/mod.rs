@@ -69,6 +69,11 @@ pub struct SqliteStore {
 /// and WAL frame moves more rows per page (docs/benchmarks.md, "16 KiB pages").
 const PAGE_SIZE: u32 = 16 * 1024;
 
+/// Page cache of the writer's connection, in KiB. SQLite's 2 MiB default is 128 pages of
+/// 16 KiB, fewer than a commit touches (the last leaf of the table and of each index, their
+/// parents), so the writer kept reading pages back from the WAL (docs/storage.md#the-writers-page-cache).
+const WRITER_CACHE_KIB: i64 = 16 * 1024;
+
 /// Settings every connection gets. `synchronous = FULL` makes a commit durable against power
 /// loss, not only a process crash: an ack must mean the data survives (group commit pays for
 /// the fsync once per batch, not once per call).
@@ -106,6 +111,7 @@ impl SqliteStore {
         conn.pragma_update(None, "wal_autocheckpoint", backstop).map_err(backend)?;
         conn.pragma_update(None, "journal_size_limit", checkpointer::WAL_SIZE_LIMIT)
             .map_err(backend)?;
+        conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB).map_err(backend)?;
         let checkpointer = checkpointer::Checkpointer::start(path.clone()).map_err(backend)?;
         let manager = SqliteConnectionManager::file(&path).with_init(|c| configure(c));
         let readers = r2d2::Pool::builder()
