@@ -53,7 +53,7 @@ impl Kafka {
         k
     }
 
-    /// Starts a broker and creates the call topic and its dead-letter topic.
+    /// Starts a broker and creates the call topic, its dead-letter topic and the probe topic.
     pub fn start() -> Kafka {
         let mut k = Kafka::start_bare();
         for (topic, partitions) in [(TOPIC, PARTITIONS), (DLQ_TOPIC, 1), (PROBE_TOPIC, 1)] {
@@ -95,7 +95,8 @@ impl Kafka {
         }
     }
 
-    /// Whether the broker answers a metadata request before `timeout`.
+    /// Whether the broker answers a metadata request, and once the topics exist acknowledges a
+    /// write, before `timeout`.
     fn answers(&self, timeout: Duration) -> bool {
         let deadline = Instant::now() + timeout;
         while std::net::TcpStream::connect(("127.0.0.1", self.port)).is_err() {
@@ -112,6 +113,7 @@ impl Kafka {
             if Instant::now() >= deadline {
                 return false;
             }
+            std::thread::sleep(Duration::from_millis(50));
         }
         !self.probe || self.takes_writes(deadline)
     }

@@ -50,12 +50,8 @@ pub fn register(conn: &Connection) -> rusqlite::Result<()> {
     // hd_may_contain(json_text, needle, case_insensitive): false only when no value read from
     // the JSON text can contain the needle (substring.rs). The test is built once per statement.
     conn.create_scalar_function("hd_may_contain", 3, flags, |ctx| {
-        let case_insensitive: bool = ctx.get(2)?;
-        let test = ctx.get_or_create_aux(1, |needle| {
-            Ok::<_, rusqlite::types::FromSqlError>(TextTest::new(
-                needle.as_str()?,
-                case_insensitive,
-            ))
+        let test = ctx.get_or_create_aux(1, |needle| -> rusqlite::Result<TextTest> {
+            Ok(TextTest::new(needle.as_str()?, ctx.get(2)?))
         })?;
         Ok(match ctx.get_raw(0) {
             ValueRef::Text(text) => test.may_contain(text),

@@ -71,7 +71,8 @@ const PAGE_SIZE: u32 = 16 * 1024;
 
 /// Page cache of the writer's connection, in KiB. SQLite's 2 MiB default is 128 pages of
 /// 16 KiB, fewer than a commit touches (the last leaf of the table and of each index, their
-/// parents), so the writer kept reading pages back from the WAL (docs/storage.md#the-writers-page-cache).
+/// parents); pages that fall out between commits must be read back from the WAL or the file
+/// (docs/storage.md#the-writers-page-cache).
 const WRITER_CACHE_KIB: i64 = 16 * 1024;
 
 /// Settings every connection gets. `synchronous = FULL` makes a commit durable against power
