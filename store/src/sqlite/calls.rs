@@ -5,7 +5,7 @@ use async_trait::async_trait;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery, derive_summary};
 use heddle_proto::time::Micros;
-use rusqlite::{Connection, Row, params};
+use rusqlite::{Row, Statement, params};
 
 use super::values::{empty_object, project_id, raw};
 use super::writer::backend;
@@ -75,10 +75,12 @@ WHERE project_id = ?1 AND deleted_at IS NULL AND started_at IS NOT NULL
 /// Rows buffered between the reading thread and the HTTP response.
 const STREAM_BUFFER: usize = 256;
 
-fn upsert_part(conn: &Connection, p: &CallPart) -> rusqlite::Result<()> {
+/// Writes one part with [`UPSERT_CALL_PART`], prepared once per batch of parts: looking a
+/// statement up in the cache hashes its whole text.
+fn upsert_part(upsert: &mut Statement<'_>, p: &CallPart) -> rusqlite::Result<()> {
     let s = p.start.as_ref();
     let e = p.end.as_ref();
-    conn.prepare_cached(UPSERT_CALL_PART)?.execute(params![
+    upsert.execute(params![
         p.project.as_str(),
         p.id,
         p.trace_id,
@@ -160,8 +162,9 @@ impl CallStore for SqliteStore {
     async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
         self.writer
             .exec(move |conn| {
+                let mut upsert = conn.prepare_cached(UPSERT_CALL_PART).map_err(backend)?;
                 for p in &parts {
-                    upsert_part(conn, p).map_err(backend)?;
+                    upsert_part(&mut upsert, p).map_err(backend)?;
                 }
                 Ok(())
             })

@@ -47,7 +47,7 @@ impl FileStore for SqliteStore {
                 if exists {
                     return Ok(());
                 }
-                // One savepoint: chunks and file row commit together.
+                // Chunks and file row commit together: a job that fails is undone whole.
                 let mut chunk = conn.prepare_cached(INSERT_FILE_CHUNK).map_err(backend)?;
                 for (i, data) in files::chunks(&content) {
                     chunk.execute(params![p, digest, i, &data[..]]).map_err(backend)?;

@@ -1,6 +1,8 @@
 //! Group commit: one thread owns SQLite's single write connection and applies every write job
-//! queued while the previous commit was in flight in one transaction, each job in its own
-//! savepoint. One fsync then acknowledges many requests, and one failing job rolls back alone.
+//! queued while the previous commit was in flight in one transaction. One fsync then
+//! acknowledges many requests. A job that fails must not take the others with it, so a batch in
+//! which one fails is redone with each job in its own savepoint, and the failing one rolls back
+//! alone (docs/storage.md#durability-and-group-commit).
 
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
@@ -17,29 +19,47 @@ use crate::{BoxError, Result, StoreError};
 const MAX_JOBS_PER_COMMIT: usize = 4096;
 
 trait Job: Send {
-    /// Runs inside a savepoint of the batch's transaction.
-    fn run(&mut self, tx: &mut Transaction<'_>);
+    /// Runs the work on the batch's transaction and keeps its outcome; true if it succeeded.
+    /// May run twice: the batch is redone when a job in it fails.
+    fn run(&mut self, conn: &Connection) -> bool;
+    /// Runs the work in a savepoint of the batch's transaction, which is rolled back if it fails.
+    fn run_in_savepoint(&mut self, tx: &mut Transaction<'_>);
     /// Reports the job's outcome once the batch's commit has succeeded or failed.
     fn finish(self: Box<Self>, commit: &std::result::Result<(), Arc<rusqlite::Error>>);
 }
 
 struct TypedJob<T, F> {
-    work: Option<F>,
+    work: F,
     outcome: Option<Result<T>>,
     reply: oneshot::Sender<Result<T>>,
+}
+
+impl<T, F> TypedJob<T, F>
+where
+    F: Fn(&Connection) -> Result<T>,
+{
+    fn attempt(&self, conn: &Connection) -> Result<T> {
+        std::panic::catch_unwind(AssertUnwindSafe(|| (self.work)(conn)))
+            .unwrap_or_else(|_| Err(StoreError::Backend("write job panicked".into())))
+    }
 }
 
 impl<T, F> Job for TypedJob<T, F>
 where
     T: Send,
-    F: FnOnce(&Connection) -> Result<T> + Send,
+    F: Fn(&Connection) -> Result<T> + Send,
 {
-    fn run(&mut self, tx: &mut Transaction<'_>) {
-        let Some(work) = self.work.take() else { return };
+    fn run(&mut self, conn: &Connection) -> bool {
+        let outcome = self.attempt(conn);
+        let ok = outcome.is_ok();
+        self.outcome = Some(outcome);
+        ok
+    }
+
+    fn run_in_savepoint(&mut self, tx: &mut Transaction<'_>) {
         let outcome = match tx.savepoint() {
             Ok(mut sp) => {
-                let out = std::panic::catch_unwind(AssertUnwindSafe(|| work(&sp)))
-                    .unwrap_or_else(|_| Err(StoreError::Backend("write job panicked".into())));
+                let out = self.attempt(&sp);
                 let ended = if out.is_ok() {
                     sp.commit()
                 } else {
@@ -91,14 +111,15 @@ impl Writer {
     }
 
     /// Queues `work` and waits until it is committed. A full queue answers `Overloaded` at once
-    /// rather than letting memory grow.
+    /// rather than letting memory grow. `work` may run twice (the first attempt rolled back), so
+    /// it must act only on the connection.
     pub async fn exec<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
-        F: FnOnce(&Connection) -> Result<T> + Send + 'static,
+        F: Fn(&Connection) -> Result<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
-        let job = Box::new(TypedJob { work: Some(work), outcome: None, reply });
+        let job = Box::new(TypedJob { work, outcome: None, reply });
         match self.queue.try_send(job) {
             Ok(()) => {}
             Err(TrySendError::Full(_)) => return Err(StoreError::Overloaded),
@@ -151,10 +172,111 @@ fn run(mut conn: Connection, jobs: Receiver<Box<dyn Job>>) {
     }
 }
 
+/// Runs a batch in one transaction. Savepoints are kept for a batch in which a job fails: a
+/// savepoint copies every page its job changes into a sub-journal (a temporary file once past
+/// 64 KiB), and on random span ids that cost a sixth of the span ingest
+/// (docs/benchmarks.md, "Savepoints only on failure").
 fn apply(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    if batch.iter_mut().all(|job| job.run(&tx)) {
+        return tx.commit();
+    }
+    tx.rollback()?;
     let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in batch.iter_mut() {
-        job.run(&mut tx);
+        job.run_in_savepoint(&mut tx);
     }
     tx.commit()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Queues jobs while the writer is held by a slow one, so they share one batch, and returns
+    /// their outcomes in order with the rows the table ends up holding.
+    async fn one_batch(jobs: Vec<(&'static str, Outcome)>) -> (Vec<Result<()>>, Vec<String>) {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute("CREATE TABLE t (v TEXT NOT NULL)", []).unwrap();
+        let writer = Writer::start(conn, 64);
+        let (held, hold) = std::sync::mpsc::channel::<()>();
+        let hold = std::sync::Mutex::new(hold);
+        let first = {
+            let writer = writer.clone();
+            tokio::spawn(async move {
+                writer
+                    .exec(move |_conn| {
+                        let _ = hold.lock().unwrap().recv_timeout(Duration::from_secs(5));
+                        Ok(())
+                    })
+                    .await
+            })
+        };
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let queued: Vec<_> = jobs
+            .into_iter()
+            .map(|(value, outcome)| {
+                let writer = writer.clone();
+                tokio::spawn(async move {
+                    writer
+                        .exec(move |conn| {
+                            conn.execute("INSERT INTO t VALUES (?1)", [value]).map_err(backend)?;
+                            match outcome {
+                                Outcome::Ok => Ok(()),
+                                Outcome::Fails => Err(StoreError::Invalid("refused".into())),
+                                Outcome::Panics => panic!("job panics after writing"),
+                            }
+                        })
+                        .await
+                })
+            })
+            .collect();
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        held.send(()).unwrap();
+        first.await.unwrap().unwrap();
+        let mut outcomes = Vec::new();
+        for job in queued {
+            outcomes.push(job.await.unwrap());
+        }
+        let rows = writer
+            .exec(|conn| {
+                let mut st = conn.prepare("SELECT v FROM t ORDER BY v").map_err(backend)?;
+                let rows = st.query_map([], |r| r.get(0)).map_err(backend)?;
+                rows.collect::<rusqlite::Result<Vec<String>>>().map_err(backend)
+            })
+            .await
+            .unwrap();
+        (outcomes, rows)
+    }
+
+    #[derive(Clone, Copy)]
+    enum Outcome {
+        Ok,
+        Fails,
+        Panics,
+    }
+
+    #[tokio::test]
+    async fn a_batch_without_failures_commits_every_job_once() {
+        let (outcomes, rows) =
+            one_batch(vec![("a", Outcome::Ok), ("b", Outcome::Ok), ("c", Outcome::Ok)]).await;
+        assert!(outcomes.iter().all(Result::is_ok));
+        assert_eq!(rows, ["a", "b", "c"]);
+    }
+
+    #[tokio::test]
+    async fn failing_jobs_roll_back_alone_and_the_rest_commit_once() {
+        let (outcomes, rows) = one_batch(vec![
+            ("a", Outcome::Ok),
+            ("b", Outcome::Fails),
+            ("c", Outcome::Ok),
+            ("d", Outcome::Panics),
+            ("e", Outcome::Ok),
+        ])
+        .await;
+        let failed: Vec<bool> = outcomes.iter().map(Result::is_err).collect();
+        assert_eq!(failed, [false, true, false, true, false]);
+        assert!(matches!(outcomes[1], Err(StoreError::Invalid(_))));
+        assert_eq!(rows, ["a", "c", "e"], "each surviving job written once, no failed one");
+    }
 }
