@@ -18,8 +18,11 @@ use rusqlite::Connection;
 pub(crate) const WRITER_AUTOCHECKPOINT_BYTES: i64 = 64 << 20;
 
 /// Bytes the WAL file is cut back to when it restarts after a complete checkpoint, so a burst
-/// does not leave a large WAL on disk.
-pub(crate) const WAL_SIZE_LIMIT: i64 = 16 << 20;
+/// does not leave a large WAL on disk. Above the ~100 MB the WAL reaches under sustained span
+/// ingest: a file cut back below its working size must grow again, and the kernel's freeing and
+/// reallocating of its pages cost a quarter of the ingest at 16 MiB (docs/benchmarks.md,
+/// "Savepoints only on failure").
+pub(crate) const WAL_SIZE_LIMIT: i64 = 256 << 20;
 
 /// How often the checkpointer looks at the WAL.
 const INTERVAL: Duration = Duration::from_millis(100);
