@@ -68,7 +68,8 @@ pub struct Pipeline {
 /// every such fetch for the whole wait (tansu 0.6 does) adds up to the wait to each record's
 /// visibility lag: librdkafka's default of 500 ms was most of it, and 50 ms cut the paced lag
 /// from 0.77 s to 0.29 s at the median and from 2.0 s to 0.53 s at p99 (docs/benchmarks.md,
-/// "Substring pretest, consumer fetch wait and writer cache"). `--kafka-option fetch.wait.max.ms=N` overrides it.
+/// "Substring pretest, consumer fetch wait and writer cache").
+/// `--kafka-option fetch.wait.max.ms=N` overrides it.
 const FETCH_WAIT_MS: &str = "50";
 
 impl Pipeline {

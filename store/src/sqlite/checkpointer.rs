@@ -67,8 +67,10 @@ fn run(conn: Connection, stop: &AtomicBool) {
         match checkpoint(&conn, "PASSIVE") {
             // At rest: nothing written since the last look, and all of it copied.
             Ok((frames, copied)) if frames > 0 && copied == frames && frames == last_frames => {
+                // A busy reader or writer is not an error: the checkpoint reports it and the
+                // WAL is cut at a later quiet moment.
                 if let Err(e) = checkpoint(&conn, "TRUNCATE") {
-                    tracing::debug!(error = %e, "sqlite WAL not cut back this time");
+                    tracing::warn!(error = %e, "sqlite WAL truncation failed");
                 }
                 last_frames = 0;
             }
