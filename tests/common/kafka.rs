@@ -24,6 +24,8 @@ pub struct Kafka {
     child: Option<Child>,
     /// Whether [`PROBE_TOPIC`] exists, so that a restart can be checked with a write.
     probe: bool,
+    /// The length of the broker's log when it was last started: what follows is this run's.
+    log_start: usize,
 }
 
 fn tansu() -> String {
@@ -47,6 +49,7 @@ impl Kafka {
             dir: tempfile::tempdir().expect("tempdir"),
             child: None,
             probe: false,
+            log_start: 0,
         };
         k.brokers = format!("127.0.0.1:{}", k.port);
         k.resume();
@@ -137,7 +140,24 @@ impl Kafka {
         false
     }
 
+    /// Whether the broker's storage has failed since it was last started. tansu 0.6 panics in
+    /// its storage task when an idempotent producer sends with an epoch it bumped itself (as
+    /// librdkafka does after in-flight records time out, and Kafka allows), and then fails every
+    /// request while still accepting connections. A real broker has no such defect: a test that
+    /// sees this restarts the broker and the producing role, to judge heddle's recovery rather
+    /// than the test broker's.
+    pub fn is_broken(&self) -> bool {
+        self.log().get(self.log_start..).is_some_and(|run| run.contains("panicked at"))
+    }
+
+    /// Stops the broker and starts it again on the same data (see [`Kafka::resume`]).
+    pub fn restart(&mut self) {
+        self.stop();
+        self.resume();
+    }
+
     fn spawn(&mut self) {
+        self.log_start = self.log().len();
         let log = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
