@@ -16,6 +16,9 @@ use opentelemetry_proto::tonic::resource::v1::Resource;
 use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span};
 use prost::Message;
 
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SPANS: usize = 512;
 const ROUNDS: usize = 40;
 
@@ -55,7 +58,7 @@ fn prose(seed: usize, len: usize) -> String {
     let mut n = seed;
     while out.len() < len {
         n = n.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
-        out.push_str(WORDS[(n >> 33) as usize % WORDS.len()]);
+        out.push_str(WORDS[(n >> 33) % WORDS.len()]);
         out.push(' ');
     }
     out
@@ -79,7 +82,7 @@ fn messages(seed: usize, roles: &[&str], len: usize, output: bool) -> String {
 
 fn span(n: usize) -> Span {
     let trace = n / 5;
-    let root = n % 5 == 0;
+    let root = n.is_multiple_of(5);
     let mut attributes = if root {
         vec![
             s("gen_ai.operation.name", "invoke_agent"),

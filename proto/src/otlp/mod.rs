@@ -20,6 +20,7 @@ use prost::Message;
 use crate::ProjectId;
 use crate::ProtoError;
 use crate::calls::CallPart;
+use crate::limits;
 
 pub use json::decode_json;
 pub use span::Scope;
@@ -104,16 +105,20 @@ pub fn convert(
         let resource_ok =
             rs.resource.as_ref().map_or(Ok(()), |r| span::check_attribute_keys(&r.attributes));
         // Written once for all its spans.
-        let resource = serde_json::value::to_raw_value(&rs.resource.as_ref().map(|r| {
+        let resource = rs.resource.as_ref().map(|r| {
             serde_json::json!({
                 "attributes": values::nested(&r.attributes),
                 "dropped_attributes_count": r.dropped_attributes_count,
             })
-        }))
-        .expect("JSON values always serialise");
+        });
+        let resource_depth =
+            resource.as_ref().map_or(0, |r| limits::json_depth(r, limits::MAX_MEMBER_DEPTH));
+        let resource =
+            serde_json::value::to_raw_value(&resource).expect("JSON values always serialise");
         for ss in &rs.scope_spans {
             let shared = span::Shared {
                 resource: resource.clone(),
+                resource_depth,
                 scope: Scope {
                     name: ss.scope.as_ref().map_or("", |s| s.name.as_str()),
                     version: ss.scope.as_ref().map_or("", |s| s.version.as_str()),

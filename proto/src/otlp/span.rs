@@ -3,6 +3,7 @@
 //! intermediate `serde_json` maps.
 
 use std::borrow::Cow;
+use std::hash::BuildHasher;
 
 use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
@@ -39,19 +40,36 @@ struct Attributes<'a> {
     /// looked up by ~60 convention keys, most of them absent: a binary search each instead of a
     /// scan of every attribute.
     by_key: Vec<usize>,
-    /// Indices into `flat` of one key per first dotted segment (`gen_ai` of `gen_ai.prompt.0`),
-    /// ordered by that segment: a span carries a few namespaces, so most convention keys are
-    /// ruled out by their first segment alone, without a search of the keys.
-    namespaces: Vec<usize>,
+    /// Every dotted prefix of every key (`a`, `a.b` and `a.b.c` of `a.b.c`): a span is looked up
+    /// by ~60 convention keys and holds few of them, so most are ruled out by a hash each,
+    /// without a search of the keys.
+    prefixes: PrefixFilter,
+}
+
+/// A Bloom filter of strings with one hash each, in 256 bits: a span has some 50 key prefixes,
+/// so about one absent key in six passes it and is then searched for.
+#[derive(Default)]
+struct PrefixFilter([u64; 4]);
+
+impl PrefixFilter {
+    fn bit(s: &str) -> (usize, u64) {
+        let h = foldhash::fast::FixedState::default().hash_one(s);
+        ((h >> 62) as usize, 1 << (h & 63))
+    }
+
+    fn insert(&mut self, s: &str) {
+        let (word, bit) = Self::bit(s);
+        self.0[word] |= bit;
+    }
+
+    fn may_hold(&self, s: &str) -> bool {
+        let (word, bit) = Self::bit(s);
+        self.0[word] & bit != 0
+    }
 }
 
 /// The convention keys whose meaning was extracted: left out of the call's `attributes`.
 type Used = Vec<&'static str>;
-
-/// The first dotted segment of `key`.
-fn namespace(key: &str) -> &str {
-    key.split_once('.').map_or(key, |(head, _)| head)
-}
 
 /// Whether the dotted `key` is `prefix` itself or lies under it (`a.b` is under `a`, `ab` is not).
 fn at_or_under(key: &str, prefix: &str) -> bool {
@@ -77,10 +95,12 @@ impl<'a> Attributes<'a> {
     fn new(flat: Vec<(Cow<'a, str>, Value)>) -> Attributes<'a> {
         let mut by_key: Vec<usize> = (0..flat.len()).collect();
         by_key.sort_by(|a, b| flat[*a].0.cmp(&flat[*b].0));
-        let mut namespaces: Vec<usize> = (0..flat.len()).collect();
-        namespaces.sort_by(|a, b| namespace(&flat[*a].0).cmp(namespace(&flat[*b].0)));
-        namespaces.dedup_by(|a, b| namespace(&flat[*a].0) == namespace(&flat[*b].0));
-        Attributes { flat, by_key, namespaces }
+        let mut prefixes = PrefixFilter::default();
+        for (key, _) in &flat {
+            let ends = key.match_indices('.').map(|(i, _)| i).chain([key.len()]);
+            ends.for_each(|end| prefixes.insert(&key[..end]));
+        }
+        Attributes { flat, by_key, prefixes }
     }
 
     fn key(&self, i: usize) -> &str {
@@ -95,8 +115,7 @@ impl<'a> Attributes<'a> {
     /// The value of `key`: the attribute itself, or the attributes under `key.` nested into one
     /// object (indexed maps read as lists). Untruthy values count as absent.
     fn get(&self, key: &str) -> Option<Cow<'_, Value>> {
-        let wanted = namespace(key);
-        if self.namespaces.binary_search_by(|i| namespace(self.key(*i)).cmp(wanted)).is_err() {
+        if !self.prefixes.may_hold(key) {
             return None;
         }
         // Keys starting with `key` sort together from here: `key` itself first, then among
@@ -356,6 +375,8 @@ impl Moved<'_> {
 pub struct Shared<'a> {
     /// `{"attributes": .., "dropped_attributes_count": ..}` of the resource, or `null`.
     pub resource: Box<RawValue>,
+    /// The nesting depth of `resource`.
+    pub resource_depth: usize,
     pub scope: Scope<'a>,
 }
 
@@ -413,9 +434,37 @@ struct DumpLink<'a> {
     flags: u32,
 }
 
-/// A member's JSON text, at most [`limits::MAX_MEMBER_DEPTH`] deep so that it reads back.
-fn member(what: &str, text: String) -> Result<String, SpanError> {
-    limits::check_written_depth(what, &text).map_err(|e| e.to_string())?;
+/// Levels a member can add above an attribute's value: otel_dump's object and the key's dotted
+/// segments (inputs, output and attributes add no more).
+pub(super) const ABOVE_ATTRIBUTE: usize = 1 + limits::MAX_ATTRIBUTE_KEY_SEGMENTS;
+/// Levels otel_dump adds above an event's or link's nested attributes: its object, the list
+/// and the event or link.
+pub(super) const ABOVE_EVENT_ATTRIBUTES: usize = 3;
+/// Levels otel_dump adds above the resource.
+pub(super) const ABOVE_RESOURCE: usize = 1;
+
+/// Whether something `depth` deep under `above` levels is within [`limits::MAX_MEMBER_DEPTH`].
+fn fits(above: usize, depth: usize) -> bool {
+    above + depth <= limits::MAX_MEMBER_DEPTH
+}
+
+/// The deepest of `values` (see [`limits::json_depth`]); scalars are passed over at no cost.
+fn deepest<'v>(values: impl IntoIterator<Item = &'v Value>) -> usize {
+    values
+        .into_iter()
+        .filter(|v| v.is_array() || v.is_object())
+        .map(|v| limits::json_depth(v, limits::MAX_MEMBER_DEPTH))
+        .max()
+        .unwrap_or(0)
+}
+
+/// A member's JSON text, at most [`limits::MAX_MEMBER_DEPTH`] deep so that it reads back. When
+/// its values are shallow enough that it cannot be deeper (`bounded`), its text is not scanned:
+/// that scan was a tenth of a span's conversion.
+fn member(what: &str, text: String, bounded: bool) -> Result<String, SpanError> {
+    if !bounded {
+        limits::check_written_depth(what, &text).map_err(|e| e.to_string())?;
+    }
     Ok(text)
 }
 
@@ -492,8 +541,9 @@ pub fn to_call(
         .or_else(|| all.get("model_parameters")?.str_at(&["model"]))
         .map(str::to_owned);
     // Every member must read back (see `limits::check_json_text`).
-    let inputs = member("inputs", inputs)?;
-    let attributes = member("attributes", to_json(&all))?;
+    let values_shallow = fits(ABOVE_ATTRIBUTE, deepest(attrs.flat.iter().map(|(_, v)| v)));
+    let inputs = member("inputs", inputs, values_shallow)?;
+    let attributes = member("attributes", to_json(&all), values_shallow)?;
 
     let dumped_attributes = Tree::nest(
         attrs.flat[..span_attribute_count]
@@ -541,8 +591,19 @@ pub fn to_call(
         scope: &shared.scope,
         attributes_moved: &moved,
     };
-    let otel_dump = member("otel_dump", to_json(&dump))?;
-    let output = output.map(|o| member("output", o)).transpose()?;
+    let dump_shallow = values_shallow
+        && fits(ABOVE_RESOURCE, shared.resource_depth)
+        && fits(
+            ABOVE_EVENT_ATTRIBUTES,
+            deepest(
+                dump.events
+                    .iter()
+                    .map(|e| &e.attributes)
+                    .chain(dump.links.iter().map(|l| &l.attributes)),
+            ),
+        );
+    let otel_dump = member("otel_dump", to_json(&dump), dump_shallow)?;
+    let output = output.map(|o| member("output", o, values_shallow)).transpose()?;
 
     // `{"usage": {model: usage}}`, or `{}`.
     let summary: Map<String, Value> = usage

@@ -452,6 +452,60 @@ fn values_nested_past_the_json_depth_reject_their_span() {
 }
 
 #[test]
+fn members_of_values_at_the_unscanned_depth_are_within_the_member_depth() {
+    // The deepest values whose members are not scanned (see `span::fits`), under the longest
+    // keys, in every place an attribute can go: the members must still read back, and the
+    // deepest must reach the limit exactly (one level more and the bound would be wrong).
+    use crate::limits::{MAX_ATTRIBUTE_KEY_SEGMENTS, MAX_MEMBER_DEPTH};
+    let nested = |depth: usize| format!("{}1{}", "[".repeat(depth), "]".repeat(depth));
+    let under = |head: &str| {
+        let rest = MAX_ATTRIBUTE_KEY_SEGMENTS - head.split('.').count();
+        format!("{head}{}", ".k".repeat(rest))
+    };
+    // Each value as deep as its place allows: attribute values, event and link attributes
+    // (nested with their keys) and the resource (`{"attributes": ..}`, nested with its keys).
+    let value = nested(MAX_MEMBER_DEPTH - span::ABOVE_ATTRIBUTE);
+    let event_value =
+        nested(MAX_MEMBER_DEPTH - span::ABOVE_EVENT_ATTRIBUTES - MAX_ATTRIBUTE_KEY_SEGMENTS);
+    let resource_value =
+        nested(MAX_MEMBER_DEPTH - span::ABOVE_RESOURCE - 1 - MAX_ATTRIBUTE_KEY_SEGMENTS);
+    let object = format!("{{\"a\": {}}}", nested(MAX_MEMBER_DEPTH - span::ABOVE_ATTRIBUTE - 1));
+    let (input, request_key, plain) = (under("input"), under("gen_ai.request"), under("k"));
+    let event = attrs(&[(&plain, json!(event_value))]);
+    let mut req = request(
+        attrs(&[
+            (&input, json!(value)),
+            (&request_key, json!(value)),
+            (&plain, json!(value)),
+            ("wandb.attributes", json!(object)),
+        ]),
+        json!({
+            "events": [{"name": "e", "timeUnixNano": "1763700000000000000", "attributes": event}],
+            "links": [{"traceId": TRACE, "spanId": PARENT, "attributes": event}],
+        }),
+    );
+    req["resourceSpans"][0]["resource"]["attributes"] = attrs(&[(&plain, json!(resource_value))]);
+    let (converted, call) = convert_both(&req);
+    assert_eq!((converted.rejected, converted.parts.len()), (0, 1), "{:?}", converted.errors);
+    let depth = |v: &Value| crate::limits::json_depth(v, usize::MAX);
+    let dump = &call["otel_dump"];
+    for (what, v) in [
+        ("inputs", &call["inputs"]),
+        ("attributes", &call["attributes"]),
+        ("otel_dump", dump),
+        ("its attributes", &dump["attributes"]),
+        ("its events", &dump["events"]),
+        ("its links", &dump["links"]),
+        ("its resource", &dump["resource"]),
+    ] {
+        // Parts of otel_dump are one level down in it, and each is as deep as a member can be.
+        let (above, tight) = if what.starts_with("its") { (1, true) } else { (0, false) };
+        assert!(above + depth(v) <= MAX_MEMBER_DEPTH, "{what} is {} deep", depth(v));
+        assert!(!tight || above + depth(v) == MAX_MEMBER_DEPTH, "{what} is not at the limit");
+    }
+}
+
+#[test]
 fn a_convention_key_reads_only_its_own_and_dotted_children() {
     // `input-x` and `inputs` sort between `input` and `input.y` but are not under `input`; an
     // untruthy `input` itself yields to its children; `output` alone is a namespace of its own.
