@@ -41,14 +41,14 @@ pub fn any_value(v: &AnyValue) -> Value {
 /// An attribute value; a string that holds a JSON object or array (how most instrumentations
 /// send structured inputs) is parsed.
 pub fn attribute_value(v: Option<&AnyValue>) -> Value {
-    let value = v.map_or(Value::Null, any_value);
-    if let Value::String(s) = &value
+    // Parsed from the attribute itself: a message text is not copied to be parsed.
+    if let Some(any_value::Value::StringValue(s)) = v.and_then(|v| v.value.as_ref())
         && (s.starts_with('{') || s.starts_with('['))
         && let Ok(parsed) = serde_json::from_str::<Value>(s)
     {
         return parsed;
     }
-    value
+    v.map_or(Value::Null, any_value)
 }
 
 /// The flat attribute list, keys unsplit, values decoded.
