@@ -19,8 +19,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 /// Turns transparent huge pages off for the process, before the runtime's threads allocate.
 /// With them the allocator's memory is faulted in and zeroed 2 MiB at a time and stays resident
-/// a whole huge page at a time: under 2x overload that was ~30 MB more peak RSS, and 7-8% more
-/// CPU per span or call (docs/benchmarks.md, "Transparent huge pages off").
+/// a whole huge page at a time: under 2x overload that was ~60 MB more peak RSS, and up to a
+/// tenth more CPU per call (docs/benchmarks.md, "Transparent huge pages off").
 fn disable_huge_pages() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     rustix::thread::disable_transparent_huge_pages(true)?;
