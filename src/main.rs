@@ -17,22 +17,16 @@ compile_error!("heddle needs a store: build with the feature `sqlite`, `clickhou
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// Turns transparent huge pages off for the process, before the runtime's threads allocate.
-/// With them the allocator's memory is faulted in and zeroed 2 MiB at a time and stays resident
-/// a whole huge page at a time: under 2x overload that was ~60 MB more peak RSS, and up to a
-/// tenth more CPU per call (docs/benchmarks.md, "Transparent huge pages off").
-fn disable_huge_pages() -> std::io::Result<()> {
-    #[cfg(target_os = "linux")]
-    rustix::thread::disable_transparent_huge_pages(true)?;
-    Ok(())
-}
-
 fn main() -> anyhow::Result<()> {
-    let huge_pages_off = disable_huge_pages();
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(huge_pages_off))
+    let memory = memory::Settings {
+        huge_pages_off: memory::disable_huge_pages(),
+        c_heap_mapped: memory::keep_c_heap_mapped(),
+    };
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(memory))
 }
 
 mod keys;
+mod memory;
 mod net;
 mod retention;
 mod roles;
@@ -411,7 +405,7 @@ impl OtlpArgs {
     }
 }
 
-async fn run(huge_pages_off: std::io::Result<()>) -> anyhow::Result<()> {
+async fn run(memory: memory::Settings) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -419,9 +413,7 @@ async fn run(huge_pages_off: std::io::Result<()>) -> anyhow::Result<()> {
         )
         .with_writer(std::io::stderr)
         .init();
-    if let Err(e) = huge_pages_off {
-        tracing::warn!(error = %e, "could not turn transparent huge pages off");
-    }
+    memory.log();
     let open_files = net::raise_open_files_limit();
     tracing::debug!(open_files, "open-files limit");
     match Cli::parse().command {
