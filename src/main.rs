@@ -17,20 +17,17 @@ compile_error!("heddle needs a store: build with the feature `sqlite`, `clickhou
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-fn main() -> anyhow::Result<()> {
-    let memory = memory::Settings {
-        huge_pages_off: memory::disable_huge_pages(),
-        c_heap_mapped: memory::keep_c_heap_mapped(),
-    };
-    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(memory))
-}
-
 mod keys;
 mod memory;
 mod net;
 mod retention;
 mod roles;
 mod server;
+
+fn main() -> anyhow::Result<()> {
+    let memory = memory::Settings::apply();
+    tokio::runtime::Builder::new_multi_thread().enable_all().build()?.block_on(run(memory))
+}
 
 #[derive(Parser)]
 #[command(

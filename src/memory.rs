@@ -5,7 +5,7 @@
 /// faulted in and zeroed 2 MiB at a time and stays resident a whole huge page at a time: under
 /// 2x overload that was ~60 MB more peak RSS, and up to a tenth more CPU per call
 /// (docs/benchmarks.md, "Transparent huge pages off").
-pub fn disable_huge_pages() -> std::io::Result<()> {
+fn disable_huge_pages() -> std::io::Result<()> {
     #[cfg(target_os = "linux")]
     rustix::thread::disable_transparent_huge_pages(true)?;
     Ok(())
@@ -21,7 +21,7 @@ pub fn disable_huge_pages() -> std::io::Result<()> {
 /// heap serve the copies from memory already mapped (docs/benchmarks.md, "Record copies from
 /// mapped memory"). Returns false when glibc refused.
 #[cfg(all(target_os = "linux", target_env = "gnu"))]
-pub fn keep_c_heap_mapped() -> bool {
+fn keep_c_heap_mapped() -> bool {
     const MMAP_THRESHOLD: libc::c_int = 32 << 20;
     const TRIM_THRESHOLD: libc::c_int = 16 << 20;
     // SAFETY: mallopt only sets allocator parameters, under glibc's own locks; no argument is a
@@ -34,23 +34,30 @@ pub fn keep_c_heap_mapped() -> bool {
 
 /// Other C libraries' allocators are left as they are.
 #[cfg(not(all(target_os = "linux", target_env = "gnu")))]
-pub fn keep_c_heap_mapped() -> bool {
+fn keep_c_heap_mapped() -> bool {
     true
 }
 
-/// What `main` set, reported once logging is up.
+/// What was set, kept to be reported once logging is up.
 pub struct Settings {
-    pub huge_pages_off: std::io::Result<()>,
-    pub c_heap_mapped: bool,
+    huge_pages_off: std::io::Result<()>,
+    c_heap_mapped: bool,
 }
 
 impl Settings {
+    /// Takes every setting above; call before any other thread starts.
+    pub fn apply() -> Settings {
+        Settings { huge_pages_off: disable_huge_pages(), c_heap_mapped: keep_c_heap_mapped() }
+    }
+
     pub fn log(&self) {
         if let Err(e) = &self.huge_pages_off {
             tracing::warn!(error = %e, "could not turn transparent huge pages off");
         }
         if !self.c_heap_mapped {
-            tracing::warn!("glibc refused the malloc thresholds; large C allocations stay mapped");
+            tracing::warn!(
+                "glibc refused a malloc threshold; large C allocations keep its defaults"
+            );
         }
     }
 }
