@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::ProtoError;
 use crate::ids::{ProjectId, new_call_id};
 use crate::limits;
+use crate::member;
 use crate::time::Micros;
 use heddle_ql::{Catalog, SortBy, ValueType, split_path};
 
@@ -27,9 +28,9 @@ pub struct StartedCall {
     pub thread_id: Option<String>,
     pub turn_id: Option<String>,
     pub started_at: Micros,
-    pub attributes: Option<Map<String, Value>>,
-    pub inputs: Option<Map<String, Value>>,
-    pub otel_dump: Option<Value>,
+    pub attributes: Option<Box<RawValue>>,
+    pub inputs: Option<Box<RawValue>>,
+    pub otel_dump: Option<Box<RawValue>>,
     pub wb_run_id: Option<String>,
     pub wb_run_step: Option<i64>,
 }
@@ -39,8 +40,8 @@ pub struct EndedCall {
     pub project_id: ProjectId,
     pub id: String,
     pub ended_at: Micros,
-    pub summary: Option<Map<String, Value>>,
-    pub output: Option<Value>,
+    pub summary: Option<Box<RawValue>>,
+    pub output: Option<Box<RawValue>>,
     pub exception: Option<String>,
     pub trace_id: Option<String>,
     pub wb_run_step_end: Option<i64>,
@@ -63,14 +64,14 @@ pub struct CompleteCall {
     pub thread_id: Option<String>,
     pub turn_id: Option<String>,
     pub started_at: Micros,
-    pub attributes: Option<Map<String, Value>>,
-    pub inputs: Option<Map<String, Value>>,
-    pub otel_dump: Option<Value>,
+    pub attributes: Option<Box<RawValue>>,
+    pub inputs: Option<Box<RawValue>>,
+    pub otel_dump: Option<Box<RawValue>>,
     pub wb_run_id: Option<String>,
     pub wb_run_step: Option<i64>,
     pub ended_at: Micros,
-    pub summary: Option<Map<String, Value>>,
-    pub output: Option<Value>,
+    pub summary: Option<Box<RawValue>>,
+    pub output: Option<Box<RawValue>>,
     pub exception: Option<String>,
     pub wb_run_step_end: Option<i64>,
 }
@@ -340,9 +341,9 @@ impl StartedCall {
                 thread_id: self.thread_id,
                 turn_id: self.turn_id,
                 started_at: self.started_at,
-                attributes: to_json(&self.attributes.unwrap_or_default()),
-                inputs: to_json(&self.inputs.unwrap_or_default()),
-                otel_dump: self.otel_dump.filter(|v| !v.is_null()).map(|v| to_json(&v)),
+                attributes: member::object_text("attributes", self.attributes)?,
+                inputs: member::object_text("inputs", self.inputs)?,
+                otel_dump: member::value_text("otel_dump", self.otel_dump)?,
                 wb_user_id: wb_user_id.map(str::to_owned),
                 wb_run_id: self.wb_run_id,
                 wb_run_step: self.wb_run_step,
@@ -354,20 +355,20 @@ impl StartedCall {
 
 fn end_part(
     ended_at: Micros,
-    summary: Option<Map<String, Value>>,
-    output: Option<Value>,
+    summary: Option<Box<RawValue>>,
+    output: Option<Box<RawValue>>,
     exception: Option<String>,
     wb_run_step_end: Option<i64>,
     display_name: Option<String>,
-) -> EndPart {
-    EndPart {
+) -> Result<EndPart, ProtoError> {
+    Ok(EndPart {
         ended_at,
-        summary: to_json(&summary.unwrap_or_default()),
-        output: output.filter(|v| !v.is_null()).map(|v| to_json(&v)),
+        summary: member::object_text("summary", summary)?,
+        output: member::value_text("output", output)?,
         exception,
         wb_run_step_end,
         display_name: display_name.filter(|d| !d.is_empty()),
-    }
+    })
 }
 
 impl EndedCall {
@@ -386,7 +387,7 @@ impl EndedCall {
                 self.exception,
                 self.wb_run_step_end,
                 self.display_name,
-            )),
+            )?),
         })
     }
 }
@@ -418,7 +419,7 @@ impl CompleteCall {
             self.exception,
             self.wb_run_step_end,
             None,
-        ));
+        )?);
         Ok(part)
     }
 }

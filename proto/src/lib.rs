@@ -10,6 +10,7 @@ pub mod error;
 pub mod feedback;
 pub mod ids;
 pub mod limits;
+pub mod member;
 pub mod objects;
 pub mod otlp;
 pub mod project_settings;

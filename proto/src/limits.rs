@@ -3,7 +3,6 @@
 //! gRPC, the Kafka consumer) enforces them before the data is stored, so no stored value can
 //! later fail to read back, and no single request can exhaust the stack or the heap.
 
-use serde::de::IgnoredAny;
 use serde_json::Value;
 
 use crate::ProtoError;
@@ -82,13 +81,12 @@ pub const MAX_QUEUE_STATS_IDS: usize = 1000;
 
 /// Checks that `text` is a member that reads back: well-formed JSON at most
 /// [`MAX_MEMBER_DEPTH`] deep.
-/// Walks the text without building a value (serde's skipping parser does not limit depth, so
-/// depth is counted separately), in two passes and no allocation.
+/// Walks the text twice without building a value: once for its depth (a member may nest less
+/// deeply than the parser allows), once for what parsing it into values would refuse
+/// ([`crate::member::check_parses`]).
 pub fn check_json_text(what: &str, text: &str) -> Result<(), ProtoError> {
     check_written_depth(what, text)?;
-    serde_json::from_str::<IgnoredAny>(text)
-        .map(|_| ())
-        .map_err(|e| ProtoError::invalid(format!("{what} is not valid JSON: {e}")))
+    crate::member::check_parses(what, text).map(|_| ())
 }
 
 /// The depth half of [`check_json_text`], for text written here from values (well formed by

@@ -1,0 +1,221 @@
+//! A call's JSON members (inputs, output, attributes, summary, otel_dump) as they are stored: the
+//! text the client sent, checked, not rebuilt (docs/storage.md#json-members).
+//!
+//! Parsing each member into values only to write the values out again was a fifth of the CPU of
+//! `calls/complete`. A member is instead walked once by `serde_json` without building anything:
+//! the walk accepts exactly what parsing into a [`Value`] accepts (the grammar, string escapes
+//! including a lone UTF-16 surrogate, which it refuses, and the nesting limit), so every later
+//! reader that parses the stored text succeeds. One spelling is rewritten through values instead:
+//! an object that repeats a key (or has a key written with escapes, which the walk cannot compare
+//! without copying). Parsed, such an object keeps the last value of the key; SQLite's JSON
+//! functions would read the first, so a filter could disagree with the call it returns.
+
+use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde_json::Value;
+use serde_json::value::RawValue;
+use std::fmt;
+
+use crate::ProtoError;
+
+/// An object member (attributes, inputs, summary): absent or `null` is stored as `{}`.
+pub fn object_text(what: &str, raw: Option<Box<RawValue>>) -> Result<String, ProtoError> {
+    let Some(raw) = raw else { return Ok("{}".to_owned()) };
+    if !raw.get().starts_with('{') {
+        return Err(ProtoError::invalid(format!("{what} must be a JSON object")));
+    }
+    member_text(what, raw)
+}
+
+/// A member of any JSON type (output, otel_dump): absent or `null` is no member.
+pub fn value_text(what: &str, raw: Option<Box<RawValue>>) -> Result<Option<String>, ProtoError> {
+    raw.map(|raw| member_text(what, raw)).transpose()
+}
+
+/// Refuses text that would not parse into a [`Value`]; `Ok(true)` when it is stored as it is.
+pub fn check_parses(what: &str, text: &str) -> Result<bool, ProtoError> {
+    let mut walk = Walk { keys: Vec::new(), rewrite: false };
+    let mut de = serde_json::Deserializer::from_str(text);
+    (&mut walk)
+        .deserialize(&mut de)
+        .and_then(|()| de.end())
+        .map_err(|e| ProtoError::invalid(format!("{what} is not valid JSON: {e}")))?;
+    Ok(!walk.rewrite)
+}
+
+fn member_text(what: &str, raw: Box<RawValue>) -> Result<String, ProtoError> {
+    if check_parses(what, raw.get())? {
+        return Ok(Box::<str>::from(raw).into_string());
+    }
+    let value: Value = serde_json::from_str(raw.get())
+        .map_err(|e| ProtoError::invalid(format!("{what} is not valid JSON: {e}")))?;
+    Ok(serde_json::to_string(&value).expect("JSON values always serialise"))
+}
+
+/// The walk's state: the keys of the objects being walked, innermost last (borrowed from the
+/// text), and whether the text must be rewritten through values.
+struct Walk<'de> {
+    keys: Vec<&'de str>,
+    rewrite: bool,
+}
+
+/// Objects with at most this many keys are checked for a repeated key pairwise; larger ones are
+/// sorted first, so a wide object costs `n log n`, not `n²`.
+const PAIRWISE_KEYS: usize = 16;
+
+impl<'de> Walk<'de> {
+    fn repeats_a_key(keys: &mut [&'de str]) -> bool {
+        if keys.len() <= PAIRWISE_KEYS {
+            return keys.iter().enumerate().any(|(i, k)| keys[..i].contains(k));
+        }
+        keys.sort_unstable();
+        keys.windows(2).any(|w| w[0] == w[1])
+    }
+}
+
+impl<'de> DeserializeSeed<'de> for &mut Walk<'de> {
+    type Value = ();
+
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> Visitor<'de> for &mut Walk<'de> {
+    type Value = ();
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("any JSON value")
+    }
+
+    fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_str<E>(self, _: &str) -> Result<(), E> {
+        Ok(())
+    }
+    fn visit_unit<E>(self) -> Result<(), E> {
+        Ok(())
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        while seq.next_element_seed(&mut *self)?.is_some() {}
+        Ok(())
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let first = self.keys.len();
+        while let Some(key) = map.next_key::<Key<'de>>()? {
+            match key.0 {
+                Some(k) => self.keys.push(k),
+                None => self.rewrite = true,
+            }
+            map.next_value_seed(&mut *self)?;
+        }
+        if Walk::repeats_a_key(&mut self.keys[first..]) {
+            self.rewrite = true;
+        }
+        self.keys.truncate(first);
+        Ok(())
+    }
+}
+
+/// An object's key: borrowed from the text, or `None` when written with escapes.
+struct Key<'de>(Option<&'de str>);
+
+impl<'de> serde::Deserialize<'de> for Key<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct KeyVisitor;
+        impl<'de> Visitor<'de> for KeyVisitor {
+            type Value = Key<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+                f.write_str("an object key")
+            }
+            fn visit_borrowed_str<E>(self, k: &'de str) -> Result<Key<'de>, E> {
+                Ok(Key(Some(k)))
+            }
+            fn visit_str<E>(self, _: &str) -> Result<Key<'de>, E> {
+                Ok(Key(None))
+            }
+        }
+        d.deserialize_str(KeyVisitor)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw(text: &str) -> Option<Box<RawValue>> {
+        serde_json::from_str(text).unwrap()
+    }
+
+    #[test]
+    fn compact_members_are_stored_as_sent() {
+        let text = r#"{"q":"caf\u00e9 \"x\"","n":[1,2.50,-0,1e400,12345678901234567890123],"o":{"a":null}}"#;
+        assert_eq!(object_text("inputs", raw(text)).unwrap(), text);
+        assert_eq!(value_text("output", raw("\"text\"")).unwrap().as_deref(), Some("\"text\""));
+    }
+
+    #[test]
+    fn absent_and_null_members() {
+        assert_eq!(object_text("inputs", None).unwrap(), "{}");
+        assert_eq!(object_text("inputs", raw("null")).unwrap(), "{}");
+        assert_eq!(value_text("output", raw("null")).unwrap(), None);
+    }
+
+    #[test]
+    fn non_objects_are_refused_where_an_object_is_required() {
+        for text in ["[1]", "\"s\"", "3", "true"] {
+            let e = object_text("summary", raw(text)).unwrap_err();
+            assert!(e.to_string().contains("summary must be a JSON object"), "{e}");
+        }
+    }
+
+    #[test]
+    fn what_values_refuse_is_refused() {
+        // A RawValue accepts these (it only skips over strings); parsing into values does not.
+        for text in [r#"{"a":"\ud800"}"#, r#"["\udc00x"]"#, r#"{"\ud83d":1}"#] {
+            assert!(serde_json::from_str::<Value>(text).is_err(), "{text}");
+            let e = value_text("output", raw(text)).unwrap_err();
+            assert!(e.to_string().starts_with("output is not valid JSON"), "{e}");
+            assert!(check_parses("x", text).is_err());
+        }
+        assert!(check_parses("x", "{\"a\":1} x").is_err());
+        // A surrogate pair is one character.
+        assert!(value_text("output", raw(r#""\ud83d\ude00""#)).is_ok());
+    }
+
+    #[test]
+    fn repeated_and_escaped_keys_are_rewritten_as_values_read_them() {
+        let cases = [
+            (r#"{"a":1,"b":{"c":1,"c":2},"a":3}"#, r#"{"a":3,"b":{"c":2}}"#),
+            (r#"{"\u0061":1}"#, r#"{"a":1}"#),
+            (r#"[{"k":1},{"k":2}]"#, r#"[{"k":1},{"k":2}]"#),
+        ];
+        for (sent, stored) in cases {
+            assert_eq!(value_text("output", raw(sent)).unwrap().as_deref(), Some(stored));
+        }
+        let wide: Vec<String> = (0..100).map(|i| format!("\"k{}\":{i}", i % 99)).collect();
+        let wide = format!("{{{}}}", wide.join(","));
+        assert!(!check_parses("x", &wide).unwrap());
+        let distinct: Vec<String> = (0..100).map(|i| format!("\"k{i}\":{i}")).collect();
+        assert!(check_parses("x", &format!("{{{}}}", distinct.join(","))).unwrap());
+    }
+
+    #[test]
+    fn nesting_is_bounded_as_values_bound_it() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert!(check_parses("x", &deep(127)).is_ok());
+        assert!(check_parses("x", &deep(128)).is_err());
+        assert!(serde_json::from_str::<Value>(&deep(128)).is_err());
+    }
+}
