@@ -234,6 +234,62 @@ async fn upsert_batch_with_start_and_end_in_one_batch() {
     assert_eq!(count_ids(&api, P, &["u3", "u4"]).await, 0);
 }
 
+/// Members are stored as sent (docs/storage.md#json-members): read back with their key order and
+/// number spellings; a repeated key keeps its last value, in filters as on reads;
+/// what would not parse into values (a lone surrogate) or is of the wrong type is refused by item.
+#[tokio::test]
+async fn complete_members_are_stored_as_sent_and_checked() {
+    let server = Server::start();
+    let api = server.admin();
+    let item = |id: &str, inputs: &str, output: &str| {
+        let mut c = complete(P, id, json!({})).to_string();
+        c = c.replacen(r#""inputs":{}"#, &format!(r#""inputs":{inputs}"#), 1);
+        c.replacen(r#""output":null"#, &format!(r#""output":{output}"#), 1)
+    };
+    let path = format!("/v2/{P}/calls/complete");
+    let body = format!(
+        r#"{{"batch":[{},{}]}}"#,
+        item("m1", r#"{"z":1,"a":1.50,"big":123456789012345678901234567890,"s":"café"}"#, "[1e2]"),
+        item("m2", r#"{"k":"first","n":{"k":1,"k":2},"k":"last"}"#, "null"),
+    );
+    api.post_raw(&path, body).await.ok();
+    let m1 = api.read_call(P, "m1").await;
+    let inputs = m1["inputs"].as_object().unwrap();
+    assert_eq!(inputs.keys().collect::<Vec<_>>(), ["z", "a", "big", "s"]);
+    assert_eq!(inputs["s"], "café");
+    assert_eq!(inputs["big"].to_string(), "123456789012345678901234567890");
+    assert_eq!(inputs["a"].to_string(), "1.50");
+    assert_eq!(m1["output"][0].as_f64(), Some(100.0));
+    let m2 = api.read_call(P, "m2").await;
+    assert_eq!(m2["inputs"], json!({"k": "last", "n": {"k": 2}}));
+    assert_eq!(m2["output"], Value::Null);
+    let filter = |v: &str| {
+        json!({"project_id": P, "query": {"$expr": {"$eq": [
+            {"$getField": "inputs.k"}, {"$literal": v}]}}})
+    };
+    let found = api.post("/calls/query_stats", &filter("last")).await.ok();
+    assert_eq!(found["count"], 1, "{found}");
+    let found = api.post("/calls/query_stats", &filter("first")).await.ok();
+    assert_eq!(found["count"], 0, "{found}");
+
+    // One bad item fails the batch with a 422 naming it; nothing of the batch is stored.
+    for (bad, why) in [
+        (item("m4", r#"{"q":"\ud800"}"#, "null"), "not valid JSON"),
+        (item("m4", "{}", r#"{"a":["\udc00"]}"#), "not valid JSON"),
+        (item("m4", "[1]", "null"), "inputs must be a JSON object"),
+        (
+            item("m4", "{}", "null").replacen(r#""op_name":"plain_op""#, r#""op_name":5"#, 1),
+            "invalid type",
+        ),
+    ] {
+        let body = format!(r#"{{"batch":[{},{bad}]}}"#, item("m3", "{}", "null"));
+        let r = api.post_raw(&path, body).await;
+        let reason = r.err(422);
+        assert!(reason.contains("batch item 1") && reason.contains(why), "{reason}");
+    }
+    assert_eq!(count_ids(&api, P, &["m3", "m4"]).await, 0);
+}
+
 #[tokio::test]
 async fn v2_complete_and_v2_start_end() {
     let server = Server::start();

@@ -162,12 +162,28 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T
     type Rejection = ApiError;
 
     async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
+        JsonBody::from_request(req, state).await?.parse_with(parse).await.map(Json)
+    }
+}
+
+/// A JSON request body, decoded and admitted against the memory budget, for a handler that parses
+/// it its own way ([`JsonBody::parse_with`]).
+pub struct JsonBody {
+    bytes: Bytes,
+    /// Held until the body is parsed, where the server provides no slot to hold it until the
+    /// handler answers.
+    admitted: Option<Admitted>,
+}
+
+impl FromRequest<Arc<AppState>> for JsonBody {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &Arc<AppState>) -> Result<Self, Self::Rejection> {
         let slot = req.extensions().get::<AdmissionSlot>().cloned();
         let body = EncodedBody::from_request(req, state).await?;
-        // Small bodies are parsed where they arrive, uncharged; larger ones on the blocking
-        // pool, so a 30 MiB parse never holds up an async worker (and `/health` with it).
+        // Small bodies are parsed where they arrive, uncharged.
         if body.bytes.len() <= UNCHARGED_BYTES && body.encoding == Encoding::Identity {
-            return parse(&body.bytes).map(Json);
+            return Ok(JsonBody { bytes: body.bytes, admitted: None });
         }
         let (bytes, admitted) = admit_and_decode(state, body).await?;
         // Charged by its shape before it is parsed: what a body parses into depends on how
@@ -184,12 +200,31 @@ impl<T: DeserializeOwned + Send + 'static> FromRequest<Arc<AppState>> for Json<T
         .await?;
         let cost = bytes.len() * 2 + shape.values * VALUE_COST;
         let admitted = state.memory_budget.admit(cost, admitted).await?;
-        let parsed = blocking(move || parse(&bytes)).await.map(Json);
-        // Held until the handler answers (the parsed body lives that long), where the server
-        // provides a slot; else until here.
-        if let Some(slot) = slot {
-            slot.keep(admitted);
+        // Held until the handler answers (what is parsed lives that long), where the server
+        // provides a slot; else until the body is parsed.
+        match slot {
+            Some(slot) => {
+                slot.keep(admitted);
+                Ok(JsonBody { bytes, admitted: None })
+            }
+            None => Ok(JsonBody { bytes, admitted: Some(admitted) }),
         }
+    }
+}
+
+impl JsonBody {
+    /// Parses the body with `parse`: where it is if it is small, else on the blocking pool, so a
+    /// 30 MiB parse never holds up an async worker (and `/health` with it).
+    pub async fn parse_with<T: Send + 'static>(
+        self,
+        parse: impl FnOnce(&[u8]) -> Result<T, ApiError> + Send + 'static,
+    ) -> Result<T, ApiError> {
+        let JsonBody { bytes, admitted } = self;
+        if admitted.is_none() && bytes.len() <= UNCHARGED_BYTES {
+            return parse(&bytes);
+        }
+        let parsed = blocking(move || parse(&bytes)).await;
+        drop(admitted);
         parsed
     }
 }

@@ -11,6 +11,8 @@ pub mod state;
 pub use auth::{Auth, Principal};
 pub use budget::MemoryBudget;
 pub use error::ApiError;
-pub use extract::{EncodedBody, Encoding, Json, RawBody, admit_and_decode, blocking};
+pub use extract::{
+    EncodedBody, Encoding, Json, JsonBody, RawBody, admit_and_decode, blocking, parse,
+};
 pub use settings::{IngestMetrics, SettingsCache};
 pub use state::{AppState, BodyLimits};

@@ -8,7 +8,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::routing::post;
 use heddle_api::settings::prepare;
-use heddle_api::{ApiError, AppState, Json, Principal};
+use heddle_api::{ApiError, AppState, Json, JsonBody, Principal, parse};
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{
     CallEndReq, CallPart, CallStartReq, CallStartRes, CompleteCall, UpsertItem,
@@ -31,6 +31,12 @@ pub fn routes() -> Router<Arc<AppState>> {
         .route("/v2/{entity}/{project}/call/end", post(v2_call_end))
 }
 
+/// A batch, parsed whole.
+#[derive(Deserialize)]
+struct Batch<T> {
+    batch: Vec<T>,
+}
+
 /// A batch whose items are parsed one by one, so one bad item is reported by index (422,
 /// which makes the SDK bisect and drop only that item) instead of failing the whole body.
 #[derive(Deserialize)]
@@ -38,37 +44,31 @@ struct RawBatch {
     batch: Vec<Box<RawValue>>,
 }
 
-/// Batches up to this many items are parsed where they arrive; larger ones on the blocking pool,
-/// so parsing and serialising thousands of calls never holds up an async worker.
-const INLINE_ITEMS: usize = 16;
-
-async fn parse_items<T: DeserializeOwned>(
-    batch: Vec<Box<RawValue>>,
-    into_part: impl Fn(T) -> Result<CallPart, heddle_proto::ProtoError> + Send + 'static,
-) -> Result<Vec<CallPart>, ApiError> {
-    if batch.len() <= INLINE_ITEMS {
-        return parse_items_now(batch, into_part);
-    }
-    heddle_api::blocking(move || parse_items_now(batch, into_part)).await
-}
-
-fn parse_items_now<T: DeserializeOwned>(
-    batch: Vec<Box<RawValue>>,
+/// The parts of a batch body. It is parsed in one pass; only when that fails is it parsed again
+/// item by item, to name the bad item.
+fn parse_batch<T: DeserializeOwned>(
+    body: &[u8],
     into_part: impl Fn(T) -> Result<CallPart, heddle_proto::ProtoError>,
 ) -> Result<Vec<CallPart>, ApiError> {
-    if batch.len() > MAX_BATCH_ITEMS {
+    let items: Vec<Result<T, String>> = match serde_json::from_slice::<Batch<T>>(body) {
+        Ok(Batch { batch }) => batch.into_iter().map(Ok).collect(),
+        Err(_) => parse::<RawBatch>(body)?
+            .batch
+            .iter()
+            .map(|raw| serde_json::from_str(raw.get()).map_err(|e| e.to_string()))
+            .collect(),
+    };
+    if items.len() > MAX_BATCH_ITEMS {
         return Err(ApiError::TooLarge(format!(
             "batch has {} items, at most {MAX_BATCH_ITEMS} are accepted",
-            batch.len()
+            items.len()
         )));
     }
-    batch
-        .iter()
+    items
+        .into_iter()
         .enumerate()
-        .map(|(i, raw)| {
-            serde_json::from_str::<T>(raw.get())
-                .map_err(|e| e.to_string())
-                .and_then(|item| into_part(item).map_err(|e| e.to_string()))
+        .map(|(i, item)| {
+            item.and_then(|item| into_part(item).map_err(|e| e.to_string()))
                 .map_err(|e| ApiError::BadItem(format!("batch item {i}: {e}")))
         })
         .collect()
@@ -171,11 +171,13 @@ async fn calls_complete(
     State(state): State<Arc<AppState>>,
     Path((entity, project)): Path<(String, String)>,
     who: Principal,
-    Json(req): Json<RawBatch>,
+    body: JsonBody,
 ) -> Result<axum::Json<Value>, ApiError> {
     let path = path_project(&entity, &project)?;
     let user = who.user_id().to_owned();
-    let parts = parse_items(req.batch, move |c: CompleteCall| c.into_part(Some(&user))).await?;
+    let parts = body
+        .parse_with(move |b| parse_batch(b, |c: CompleteCall| c.into_part(Some(&user))))
+        .await?;
     check_all(&who, &parts, Some(&path))?;
     store(&state, parts).await?;
     Ok(axum::Json(json!({})))
@@ -184,10 +186,11 @@ async fn calls_complete(
 async fn upsert_batch(
     State(state): State<Arc<AppState>>,
     who: Principal,
-    Json(req): Json<RawBatch>,
+    body: JsonBody,
 ) -> Result<axum::Json<Value>, ApiError> {
     let user = who.user_id().to_owned();
-    let parts = parse_items(req.batch, move |i: UpsertItem| i.into_part(Some(&user))).await?;
+    let parts =
+        body.parse_with(move |b| parse_batch(b, |i: UpsertItem| i.into_part(Some(&user)))).await?;
     check_all(&who, &parts, None)?;
     let res: Vec<Value> = parts
         .iter()
