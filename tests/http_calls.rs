@@ -253,6 +253,11 @@ async fn complete_members_are_stored_as_sent_and_checked() {
         item("m2", r#"{"k":"first","n":{"k":1,"k":2},"k":"last"}"#, "null"),
     );
     api.post_raw(&path, body).await.ok();
+    // The member bound (docs/limits.md#stored-json), counted in the member wherever it arrives.
+    let deep =
+        |n: usize| format!("{}{}", r#"{"a":"#.repeat(n), "}".repeat(n)).replacen(":}", ":1}", 1);
+    api.post_raw(&path, format!(r#"{{"batch":[{}]}}"#, item("m0", &deep(124), "null"))).await.ok();
+    assert_eq!(count_ids(&api, P, &["m0"]).await, 1);
     let m1 = api.read_call(P, "m1").await;
     let inputs = m1["inputs"].as_object().unwrap();
     assert_eq!(inputs.keys().collect::<Vec<_>>(), ["z", "a", "big", "s"]);
@@ -277,6 +282,7 @@ async fn complete_members_are_stored_as_sent_and_checked() {
         (item("m4", r#"{"q":"\ud800"}"#, "null"), "not valid JSON"),
         (item("m4", "{}", r#"{"a":["\udc00"]}"#), "not valid JSON"),
         (item("m4", "[1]", "null"), "inputs must be a JSON object"),
+        (item("m4", &deep(125), "null"), "inputs nests deeper than 124 levels"),
         (
             item("m4", "{}", "null").replacen(r#""op_name":"plain_op""#, r#""op_name":5"#, 1),
             "invalid type",

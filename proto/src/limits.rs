@@ -79,18 +79,14 @@ pub const MAX_QUEUE_ADD_CALLS: usize = 1000;
 pub const MAX_QUEUE_ITEMS: usize = 10_000;
 pub const MAX_QUEUE_STATS_IDS: usize = 1000;
 
-/// Checks that `text` is a member that reads back: well-formed JSON at most
-/// [`MAX_MEMBER_DEPTH`] deep.
-/// Walks the text twice without building a value: once for its depth (a member may nest less
-/// deeply than the parser allows), once for what parsing it into values would refuse
-/// ([`crate::member::check_parses`]).
+/// Checks that `text` is a member that reads back: JSON that parses into values, at most
+/// [`MAX_MEMBER_DEPTH`] deep ([`crate::member::check_parses`], one walk that builds nothing).
 pub fn check_json_text(what: &str, text: &str) -> Result<(), ProtoError> {
-    check_written_depth(what, text)?;
     crate::member::check_parses(what, text).map(|_| ())
 }
 
-/// The depth half of [`check_json_text`], for text written here from values (well formed by
-/// construction, so not parsed again).
+/// The depth bound of [`check_json_text`] alone, for text written here from values (well formed
+/// by construction, so not walked in full).
 pub fn check_written_depth(what: &str, text: &str) -> Result<(), ProtoError> {
     if text_depth(text, MAX_MEMBER_DEPTH) > MAX_MEMBER_DEPTH {
         return Err(ProtoError::invalid(format!(

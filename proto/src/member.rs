@@ -16,6 +16,7 @@ use serde_json::value::RawValue;
 use std::fmt;
 
 use crate::ProtoError;
+use crate::limits::MAX_MEMBER_DEPTH;
 
 /// An object member (attributes, inputs, summary): absent or `null` is stored as `{}`.
 pub fn object_text(what: &str, raw: Option<Box<RawValue>>) -> Result<String, ProtoError> {
@@ -31,15 +32,19 @@ pub fn value_text(what: &str, raw: Option<Box<RawValue>>) -> Result<Option<Strin
     raw.map(|raw| member_text(what, raw)).transpose()
 }
 
-/// Refuses text that would not parse into a [`Value`]; `Ok(true)` when it is stored as it is.
+/// Refuses text that would not parse into a [`Value`], or nests deeper than
+/// [`MAX_MEMBER_DEPTH`]; `Ok(true)` when it is stored as it is.
 pub fn check_parses(what: &str, text: &str) -> Result<bool, ProtoError> {
-    let mut walk = Walk { keys: Vec::new(), rewrite: false };
+    let mut walk = Walk { keys: Vec::new(), rewrite: false, depth: 0 };
     let mut de = serde_json::Deserializer::from_str(text);
-    (&mut walk)
-        .deserialize(&mut de)
-        .and_then(|()| de.end())
-        .map_err(|e| ProtoError::invalid(format!("{what} is not valid JSON: {e}")))?;
-    Ok(!walk.rewrite)
+    let walked = (&mut walk).deserialize(&mut de).and_then(|()| de.end());
+    match walked {
+        Ok(()) => Ok(!walk.rewrite),
+        Err(_) if walk.depth > MAX_MEMBER_DEPTH => {
+            Err(ProtoError::invalid(format!("{what} nests deeper than {MAX_MEMBER_DEPTH} levels")))
+        }
+        Err(e) => Err(ProtoError::invalid(format!("{what} is not valid JSON: {e}"))),
+    }
 }
 
 fn member_text(what: &str, raw: Box<RawValue>) -> Result<String, ProtoError> {
@@ -52,20 +57,35 @@ fn member_text(what: &str, raw: Box<RawValue>) -> Result<String, ProtoError> {
 }
 
 /// The walk's state: the keys of the objects being walked, innermost last (borrowed from the
-/// text), and whether the text must be rewritten through values.
+/// text), whether the text must be rewritten through values, and the objects and arrays open.
+/// The depth is counted here: a member cut from a body as a `RawValue` was skipped over by a
+/// parser that does not count it, and the member's bound is below the parser's own.
 struct Walk<'de> {
     keys: Vec<&'de str>,
     rewrite: bool,
+    depth: usize,
 }
 
-/// Objects with at most this many keys are checked for a repeated key pairwise; larger ones are
-/// sorted first, so a wide object costs `n log n`, not `n²`.
+/// The first keys of an object are checked for a repeat pairwise as they come; an object with
+/// more is sorted at its end, so a wide object costs `n log n`, not `n²`.
 const PAIRWISE_KEYS: usize = 16;
 
 impl<'de> Walk<'de> {
+    /// Enters an object or an array; past [`MAX_MEMBER_DEPTH`] the walk stops with `depth`
+    /// left above it.
+    fn enter<E: serde::de::Error>(&mut self) -> Result<(), E> {
+        self.depth += 1;
+        if self.depth > MAX_MEMBER_DEPTH {
+            return Err(E::custom("too deep"));
+        }
+        Ok(())
+    }
+
+    /// Whether an object of more than [`PAIRWISE_KEYS`] keys repeats one (its first keys were
+    /// compared pairwise as they came).
     fn repeats_a_key(keys: &mut [&'de str]) -> bool {
         if keys.len() <= PAIRWISE_KEYS {
-            return keys.iter().enumerate().any(|(i, k)| keys[..i].contains(k));
+            return false;
         }
         keys.sort_unstable();
         keys.windows(2).any(|w| w[0] == w[1])
@@ -107,23 +127,35 @@ impl<'de> Visitor<'de> for &mut Walk<'de> {
     }
 
     fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<(), A::Error> {
+        self.enter()?;
         while seq.next_element_seed(&mut *self)?.is_some() {}
+        self.depth -= 1;
         Ok(())
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        self.enter()?;
         let first = self.keys.len();
         while let Some(key) = map.next_key::<Key<'de>>()? {
-            match key.0 {
-                Some(k) => self.keys.push(k),
-                None => self.rewrite = true,
+            // Once the text is to be rewritten, keys need no more checking: an object of a
+            // million repeats of one key holds one key here, not a million.
+            if !self.rewrite {
+                match key.0 {
+                    Some(k) if self.keys.len() - first < PAIRWISE_KEYS => {
+                        self.rewrite = self.keys[first..].contains(&k);
+                        self.keys.push(k);
+                    }
+                    Some(k) => self.keys.push(k),
+                    None => self.rewrite = true,
+                }
             }
             map.next_value_seed(&mut *self)?;
         }
-        if Walk::repeats_a_key(&mut self.keys[first..]) {
+        if !self.rewrite && Walk::repeats_a_key(&mut self.keys[first..]) {
             self.rewrite = true;
         }
         self.keys.truncate(first);
+        self.depth -= 1;
         Ok(())
     }
 }
@@ -212,10 +244,33 @@ mod tests {
     }
 
     #[test]
-    fn nesting_is_bounded_as_values_bound_it() {
+    fn nesting_is_bounded_by_the_member_bound() {
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
-        assert!(check_parses("x", &deep(127)).is_ok());
-        assert!(check_parses("x", &deep(128)).is_err());
-        assert!(serde_json::from_str::<Value>(&deep(128)).is_err());
+        assert!(check_parses("x", &deep(MAX_MEMBER_DEPTH)).is_ok());
+        let e = check_parses("inputs", &deep(MAX_MEMBER_DEPTH + 1)).unwrap_err();
+        assert_eq!(e.to_string(), format!("inputs nests deeper than {MAX_MEMBER_DEPTH} levels"));
+        let objects = |n: usize| format!("{}1{}", r#"{"a":"#.repeat(n), "}".repeat(n));
+        assert!(check_parses("x", &objects(MAX_MEMBER_DEPTH)).is_ok());
+        assert!(check_parses("x", &objects(MAX_MEMBER_DEPTH + 1)).is_err());
+        // A member cut from a body was skipped over without counting its depth: it is counted
+        // when the member is walked.
+        let body = format!(r#"{{"batch":[{{"inputs":{{"a":{}}}}}]}}"#, deep(MAX_MEMBER_DEPTH));
+        assert!(serde_json::from_str::<Value>(&body).is_err(), "values refuse the body");
+        let e = object_text("inputs", Some(raw_member(&body))).unwrap_err();
+        assert!(e.to_string().contains("nests deeper"), "{e}");
+    }
+
+    /// The `inputs` member of the first item of `body`, cut as the call endpoints cut it.
+    fn raw_member(body: &str) -> Box<RawValue> {
+        #[derive(serde::Deserialize)]
+        struct Item {
+            inputs: Box<RawValue>,
+        }
+        #[derive(serde::Deserialize)]
+        struct Batch {
+            batch: Vec<Item>,
+        }
+        let batch: Batch = serde_json::from_str(body).unwrap();
+        batch.batch.into_iter().next().unwrap().inputs
     }
 }
