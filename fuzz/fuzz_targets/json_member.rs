@@ -1,11 +1,11 @@
 //! A call's JSON member as a client sends it: `member::value_text` on arbitrary text.
 //!
 //! Properties (docs/fuzzing.md): nothing panics; the walk accepts exactly what parsing into
-//! values accepts; what is stored parses into the same value as what was sent; text stored as
+//! values accepts within the member's depth bound; what is stored parses into the same value as what was sent; text stored as
 //! sent is byte for byte the text sent; and stored text has no object that repeats a key.
 #![no_main]
 
-use heddle_proto::member;
+use heddle_proto::{limits, member};
 use libfuzzer_sys::fuzz_target;
 use serde_json::Value;
 use serde_json::value::RawValue;
@@ -65,7 +65,14 @@ fn repeats_a_key(raw: &str) -> bool {
 
 fuzz_target!(|data: &[u8]| {
     let Ok(text) = std::str::from_utf8(data) else { return };
-    let parsed = serde_json::from_str::<Value>(text);
+    // What a member may be: JSON that parses into values, at most the member bound deep.
+    let parsed = serde_json::from_str::<Value>(text).map_err(|e| e.to_string()).and_then(|v| {
+        if limits::json_depth(&v, limits::MAX_MEMBER_DEPTH) <= limits::MAX_MEMBER_DEPTH {
+            Ok(v)
+        } else {
+            Err("too deep".to_owned())
+        }
+    });
     // As a member arrives: a RawValue cut from the body (syntax checked, escapes not).
     let Ok(raw) = serde_json::from_str::<Box<RawValue>>(text) else {
         assert!(parsed.is_err(), "values accept what a RawValue refuses: {text:?}");

@@ -10,7 +10,7 @@
 //! without copying). Parsed, such an object keeps the last value of the key; SQLite's JSON
 //! functions would read the first, so a filter could disagree with the call it returns.
 
-use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+use serde::de::{DeserializeSeed, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
 use serde_json::value::RawValue;
 use std::fmt;
@@ -35,7 +35,7 @@ pub fn value_text(what: &str, raw: Option<Box<RawValue>>) -> Result<Option<Strin
 /// Refuses text that would not parse into a [`Value`], or nests deeper than
 /// [`MAX_MEMBER_DEPTH`]; `Ok(true)` when it is stored as it is.
 pub fn check_parses(what: &str, text: &str) -> Result<bool, ProtoError> {
-    let mut walk = Walk { keys: Vec::new(), rewrite: false, depth: 0 };
+    let mut walk = Walk { text, keys: Vec::new(), rewrite: false, depth: 0 };
     let mut de = serde_json::Deserializer::from_str(text);
     let walked = (&mut walk).deserialize(&mut de).and_then(|()| de.end());
     match walked {
@@ -61,10 +61,15 @@ fn member_text(what: &str, raw: Box<RawValue>) -> Result<String, ProtoError> {
 /// The depth is counted here: a member cut from a body as a `RawValue` was skipped over by a
 /// parser that does not count it, and the member's bound is below the parser's own.
 struct Walk<'de> {
+    text: &'de str,
     keys: Vec<&'de str>,
     rewrite: bool,
     depth: usize,
 }
+
+/// The key under which serde_json (built with `arbitrary_precision`, as heddle is) hands a number
+/// to a visitor as a map of one entry; serde_json does not export it.
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
 /// The first keys of an object are checked for a repeat pairwise as they come; an object with
 /// more is sorted at its end, so a wide object costs `n log n`, not `n²`.
@@ -134,9 +139,21 @@ impl<'de> Visitor<'de> for &mut Walk<'de> {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
+        let mut next = map.next_key::<Key<'de>>()?;
+        if let Some(Key(Some(k))) = next
+            && k == NUMBER_TOKEN
+        {
+            // A number, as serde_json hands over one it keeps as text: not a level of nesting.
+            // Values read an object written with this key in the text as a number too, so
+            // such a text is rewritten.
+            let digits: String = map.next_value()?;
+            digits.parse::<serde_json::Number>().map_err(A::Error::custom)?;
+            self.rewrite |= self.text.as_bytes().as_ptr_range().contains(&k.as_ptr());
+            return Ok(());
+        }
         self.enter()?;
         let first = self.keys.len();
-        while let Some(key) = map.next_key::<Key<'de>>()? {
+        while let Some(key) = next {
             // Once the text is to be rewritten, keys need no more checking: an object of a
             // million repeats of one key holds one key here, not a million.
             if !self.rewrite {
@@ -150,6 +167,7 @@ impl<'de> Visitor<'de> for &mut Walk<'de> {
                 }
             }
             map.next_value_seed(&mut *self)?;
+            next = map.next_key::<Key<'de>>()?;
         }
         if !self.rewrite && Walk::repeats_a_key(&mut self.keys[first..]) {
             self.rewrite = true;
@@ -241,6 +259,21 @@ mod tests {
         assert!(!check_parses("x", &wide).unwrap());
         let distinct: Vec<String> = (0..100).map(|i| format!("\"k{i}\":{i}")).collect();
         assert!(check_parses("x", &format!("{{{}}}", distinct.join(","))).unwrap());
+    }
+
+    #[test]
+    fn numbers_are_not_levels_and_the_number_key_is_read_as_values_read_it() {
+        let n = MAX_MEMBER_DEPTH;
+        for num in ["1", "-0", "1.5", "-2e300", "1e400", "123456789012345678901234567890"] {
+            let text = format!("{}{num}{}", "[".repeat(n), "]".repeat(n));
+            assert_eq!(check_parses("x", &text).ok(), Some(true), "{num}");
+        }
+        let key = format!(r#"{{"{NUMBER_TOKEN}":"12"}}"#);
+        assert_eq!(serde_json::from_str::<Value>(&key).unwrap(), serde_json::json!(12));
+        assert_eq!(value_text("output", raw(&key)).unwrap().as_deref(), Some("12"));
+        let bad = format!(r#"{{"{NUMBER_TOKEN}":"x"}}"#);
+        assert!(serde_json::from_str::<Value>(&bad).is_err());
+        assert!(check_parses("x", &bad).is_err());
     }
 
     #[test]
