@@ -3,9 +3,9 @@
 //!
 //! Parsing each member into values only to write the values out again was a fifth of the CPU of
 //! `calls/complete`. A member is instead walked once by `serde_json` without building anything:
-//! the walk accepts exactly what parsing into a [`Value`] accepts (the grammar, string escapes
-//! including a lone UTF-16 surrogate, which it refuses, and the nesting limit), so every later
-//! reader that parses the stored text succeeds. One spelling is rewritten through values instead:
+//! the walk accepts exactly what parsing into a [`Value`] accepts (the grammar, and string escapes
+//! including a lone UTF-16 surrogate, which it refuses), within the member's nesting bound, so
+//! every later reader that parses the stored text succeeds. One spelling is rewritten through values instead:
 //! an object that repeats a key (or has a key written with escapes, which the walk cannot compare
 //! without copying). Parsed, such an object keeps the last value of the key; SQLite's JSON
 //! functions would read the first, so a filter could disagree with the call it returns.
