@@ -1,8 +1,9 @@
 //! A call's JSON member as a client sends it: `member::value_text` on arbitrary text.
 //!
 //! Properties (docs/fuzzing.md): nothing panics; the walk accepts exactly what parsing into
-//! values accepts within the member's depth bound; what is stored parses into the same value as what was sent; text stored as
-//! sent is byte for byte the text sent; and stored text has no object that repeats a key.
+//! values accepts within the member's depth bound; what is stored parses into the same value as
+//! what was sent; text stored as sent is byte for byte the text sent; and stored text has no
+//! object that repeats a key.
 #![no_main]
 
 use heddle_proto::{limits, member};

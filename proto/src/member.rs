@@ -5,10 +5,11 @@
 //! `calls/complete`. A member is instead walked once by `serde_json` without building anything:
 //! the walk accepts exactly what parsing into a [`Value`] accepts (the grammar, and string escapes
 //! including a lone UTF-16 surrogate, which it refuses), within the member's nesting bound, so
-//! every later reader that parses the stored text succeeds. One spelling is rewritten through values instead:
-//! an object that repeats a key (or has a key written with escapes, which the walk cannot compare
-//! without copying). Parsed, such an object keeps the last value of the key; SQLite's JSON
-//! functions would read the first, so a filter could disagree with the call it returns.
+//! every later reader that parses the stored text succeeds. One spelling is rewritten through
+//! values instead: an object that repeats a key (or has a key written with escapes, which the
+//! walk cannot compare without copying). Parsed, such an object keeps the last value of the key;
+//! SQLite's JSON functions would read the first, so a filter could disagree with the call it
+//! returns.
 
 use serde::de::{DeserializeSeed, Error as _, MapAccess, SeqAccess, Visitor};
 use serde_json::Value;
