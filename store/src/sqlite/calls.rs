@@ -5,10 +5,10 @@ use async_trait::async_trait;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery, derive_summary};
 use heddle_proto::time::Micros;
-use rusqlite::{Row, Statement, params};
+use rusqlite::{Row, params};
 
 use super::values::{empty_object, project_id, raw};
-use super::writer::backend;
+use super::writer::{WriteConn, backend};
 use super::{SqliteStore, sql};
 use crate::otel_logs::merge_span_logs;
 use crate::{CallStore, CallStream, Result};
@@ -75,34 +75,37 @@ WHERE project_id = ?1 AND deleted_at IS NULL AND started_at IS NOT NULL
 /// Rows buffered between the reading thread and the HTTP response.
 const STREAM_BUFFER: usize = 256;
 
-/// Writes one part with [`UPSERT_CALL_PART`], prepared once per batch of parts: looking a
-/// statement up in the cache hashes its whole text.
-fn upsert_part(upsert: &mut Statement<'_>, p: &CallPart) -> rusqlite::Result<()> {
+/// Writes one part with [`UPSERT_CALL_PART`], its texts read in place
+/// ([`WriteConn::execute_in_place`]): a part's members are most of its bytes.
+fn upsert_part(conn: &WriteConn<'_>, p: &CallPart) -> rusqlite::Result<()> {
     let s = p.start.as_ref();
     let e = p.end.as_ref();
-    upsert.execute(params![
-        p.project.as_str(),
-        p.id,
-        p.trace_id,
-        s.map(|s| &s.op_name),
-        s.and_then(|s| s.display_name.as_deref()),
-        s.and_then(|s| s.parent_id.as_deref()),
-        s.and_then(|s| s.thread_id.as_deref()),
-        s.and_then(|s| s.turn_id.as_deref()),
-        s.map(|s| s.started_at.0),
-        s.map(|s| &s.attributes),
-        s.map(|s| &s.inputs),
-        s.and_then(|s| s.otel_dump.as_deref()),
-        s.and_then(|s| s.wb_user_id.as_deref()),
-        s.and_then(|s| s.wb_run_id.as_deref()),
-        s.and_then(|s| s.wb_run_step),
-        e.map(|e| e.ended_at.0),
-        e.map(|e| &e.summary),
-        e.and_then(|e| e.output.as_deref()),
-        e.and_then(|e| e.exception.as_deref()),
-        e.and_then(|e| e.wb_run_step_end),
-        e.and_then(|e| e.display_name.as_deref()),
-    ])?;
+    conn.execute_in_place(
+        UPSERT_CALL_PART,
+        &[
+            p.project.as_str().into(),
+            p.id.as_str().into(),
+            p.trace_id.as_deref().into(),
+            s.map(|s| s.op_name.as_str()).into(),
+            s.and_then(|s| s.display_name.as_deref()).into(),
+            s.and_then(|s| s.parent_id.as_deref()).into(),
+            s.and_then(|s| s.thread_id.as_deref()).into(),
+            s.and_then(|s| s.turn_id.as_deref()).into(),
+            s.map(|s| s.started_at.0).into(),
+            s.map(|s| s.attributes.as_str()).into(),
+            s.map(|s| s.inputs.as_str()).into(),
+            s.and_then(|s| s.otel_dump.as_deref()).into(),
+            s.and_then(|s| s.wb_user_id.as_deref()).into(),
+            s.and_then(|s| s.wb_run_id.as_deref()).into(),
+            s.and_then(|s| s.wb_run_step).into(),
+            e.map(|e| e.ended_at.0).into(),
+            e.map(|e| e.summary.as_str()).into(),
+            e.and_then(|e| e.output.as_deref()).into(),
+            e.and_then(|e| e.exception.as_deref()).into(),
+            e.and_then(|e| e.wb_run_step_end).into(),
+            e.and_then(|e| e.display_name.as_deref()).into(),
+        ],
+    )?;
     Ok(())
 }
 
@@ -162,9 +165,8 @@ impl CallStore for SqliteStore {
     async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
         self.writer
             .exec(move |conn| {
-                let mut upsert = conn.prepare_cached(UPSERT_CALL_PART).map_err(backend)?;
                 for p in &parts {
-                    upsert_part(&mut upsert, p).map_err(backend)?;
+                    upsert_part(conn, p).map_err(backend)?;
                 }
                 Ok(())
             })

@@ -7,23 +7,52 @@
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 
+use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rusqlite::{Connection, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
+use super::borrowed::{Param, Statements};
 use crate::{BoxError, Result, StoreError};
 
 /// Most jobs folded into one transaction; bounds the latency of the first job in a batch.
 const MAX_JOBS_PER_COMMIT: usize = 4096;
 
+/// What a write job works on: the writer's connection, inside the batch's transaction, and its
+/// statements that bind text in place ([`super::borrowed`]).
+pub(crate) struct WriteConn<'a> {
+    conn: &'a Connection,
+    statements: &'a Statements,
+}
+
+impl WriteConn<'_> {
+    /// Runs one of the writer's hot statements, reading `params` in place; see
+    /// [`Statements::execute`].
+    pub fn execute_in_place(
+        &self,
+        sql: &'static str,
+        params: &[Param<'_>],
+    ) -> rusqlite::Result<u64> {
+        self.statements.execute(self.conn, sql, params)
+    }
+}
+
+impl Deref for WriteConn<'_> {
+    type Target = Connection;
+
+    fn deref(&self) -> &Connection {
+        self.conn
+    }
+}
+
 trait Job: Send {
     /// Runs the work on the batch's transaction and keeps its outcome; true if it succeeded.
     /// May run twice: the batch is redone when a job in it fails.
-    fn run(&mut self, conn: &Connection) -> bool;
+    fn run(&mut self, conn: &WriteConn<'_>) -> bool;
     /// Runs the work in a savepoint of the batch's transaction, which is rolled back if it fails.
-    fn run_in_savepoint(&mut self, tx: &mut Transaction<'_>);
+    fn run_in_savepoint(&mut self, tx: &mut Transaction<'_>, statements: &Statements);
     /// Reports the job's outcome once the batch's commit has succeeded or failed.
     fn finish(self: Box<Self>, commit: &std::result::Result<(), Arc<rusqlite::Error>>);
 }
@@ -31,14 +60,17 @@ trait Job: Send {
 struct TypedJob<T, F> {
     work: F,
     outcome: Option<Result<T>>,
-    reply: oneshot::Sender<Result<T>>,
+    /// Hands the work back with its outcome, so that what it owns (a batch of calls is
+    /// thousands of strings) is freed on the requester's thread, not on the writer's, which
+    /// bounds the store's throughput.
+    reply: oneshot::Sender<(Result<T>, F)>,
 }
 
 impl<T, F> TypedJob<T, F>
 where
-    F: Fn(&Connection) -> Result<T>,
+    F: Fn(&WriteConn<'_>) -> Result<T>,
 {
-    fn attempt(&self, conn: &Connection) -> Result<T> {
+    fn attempt(&self, conn: &WriteConn<'_>) -> Result<T> {
         std::panic::catch_unwind(AssertUnwindSafe(|| (self.work)(conn)))
             .unwrap_or_else(|_| Err(StoreError::Backend("write job panicked".into())))
     }
@@ -47,19 +79,19 @@ where
 impl<T, F> Job for TypedJob<T, F>
 where
     T: Send,
-    F: Fn(&Connection) -> Result<T> + Send,
+    F: Fn(&WriteConn<'_>) -> Result<T> + Send,
 {
-    fn run(&mut self, conn: &Connection) -> bool {
+    fn run(&mut self, conn: &WriteConn<'_>) -> bool {
         let outcome = self.attempt(conn);
         let ok = outcome.is_ok();
         self.outcome = Some(outcome);
         ok
     }
 
-    fn run_in_savepoint(&mut self, tx: &mut Transaction<'_>) {
+    fn run_in_savepoint(&mut self, tx: &mut Transaction<'_>, statements: &Statements) {
         let outcome = match tx.savepoint() {
             Ok(mut sp) => {
-                let out = self.attempt(&sp);
+                let out = self.attempt(&WriteConn { conn: &sp, statements });
                 let ended = if out.is_ok() {
                     sp.commit()
                 } else {
@@ -73,13 +105,14 @@ where
     }
 
     fn finish(self: Box<Self>, commit: &std::result::Result<(), Arc<rusqlite::Error>>) {
-        let out = match (commit, self.outcome) {
+        let TypedJob { work, outcome, reply } = *self;
+        let out = match (commit, outcome) {
             (Err(e), _) => Err(backend(CommitFailed(e.clone()))),
             (Ok(()), Some(outcome)) => outcome,
             (Ok(()), None) => Err(StoreError::Backend("write job did not run".into())),
         };
         // The requester may have gone away (client disconnected); the write stands anyway.
-        let _ = self.reply.send(out);
+        let _ = reply.send((out, work));
     }
 }
 
@@ -116,7 +149,7 @@ impl Writer {
     pub async fn exec<T, F>(&self, work: F) -> Result<T>
     where
         T: Send + 'static,
-        F: Fn(&Connection) -> Result<T> + Send + 'static,
+        F: Fn(&WriteConn<'_>) -> Result<T> + Send + 'static,
     {
         let (reply, answer) = oneshot::channel();
         let job = Box::new(TypedJob { work, outcome: None, reply });
@@ -125,7 +158,8 @@ impl Writer {
             Err(TrySendError::Full(_)) => return Err(StoreError::Overloaded),
             Err(TrySendError::Disconnected(_)) => return Err(backend("writer stopped")),
         }
-        answer.await.map_err(|_| backend("writer stopped before answering"))?
+        let (out, _work) = answer.await.map_err(|_| backend("writer stopped before answering"))?;
+        out
     }
 }
 
@@ -147,8 +181,16 @@ pub fn analyze(conn: &Connection) {
     }
 }
 
-fn run(mut conn: Connection, jobs: Receiver<Box<dyn Job>>) {
-    analyze(&conn);
+/// The writer's connection and its statements. Fields drop in order: the statements are
+/// finalized before the connection closes.
+struct Owned {
+    statements: Statements,
+    conn: Connection,
+}
+
+fn run(conn: Connection, jobs: Receiver<Box<dyn Job>>) {
+    let mut owned = Owned { statements: Statements::new(&conn), conn };
+    analyze(&owned.conn);
     let mut analyzed_at = Instant::now();
     while let Ok(first) = jobs.recv() {
         let mut batch = vec![first];
@@ -158,7 +200,7 @@ fn run(mut conn: Connection, jobs: Receiver<Box<dyn Job>>) {
                 Err(_) => break,
             }
         }
-        let commit = apply(&mut conn, &mut batch).map_err(Arc::new);
+        let commit = apply(&mut owned, &mut batch).map_err(Arc::new);
         if let Err(e) = &commit {
             tracing::error!(error = %e, jobs = batch.len(), "sqlite commit failed");
         }
@@ -166,7 +208,7 @@ fn run(mut conn: Connection, jobs: Receiver<Box<dyn Job>>) {
             job.finish(&commit);
         }
         if analyzed_at.elapsed() >= ANALYZE_EVERY {
-            analyze(&conn);
+            analyze(&owned.conn);
             analyzed_at = Instant::now();
         }
     }
@@ -176,15 +218,17 @@ fn run(mut conn: Connection, jobs: Receiver<Box<dyn Job>>) {
 /// savepoint copies every page its job changes into a sub-journal (a temporary file once past
 /// 64 KiB), and on random span ids that cost a sixth of the span ingest
 /// (docs/benchmarks.md, "Savepoints only on failure").
-fn apply(conn: &mut Connection, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
+fn apply(owned: &mut Owned, batch: &mut [Box<dyn Job>]) -> rusqlite::Result<()> {
+    let Owned { statements, conn } = owned;
     let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
-    if batch.iter_mut().all(|job| job.run(&tx)) {
+    let write = WriteConn { conn: &tx, statements };
+    if batch.iter_mut().all(|job| job.run(&write)) {
         return tx.commit();
     }
     tx.rollback()?;
     let mut tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
     for job in batch.iter_mut() {
-        job.run_in_savepoint(&mut tx);
+        job.run_in_savepoint(&mut tx, statements);
     }
     tx.commit()
 }
