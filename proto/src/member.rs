@@ -36,9 +36,7 @@ pub fn value_text(what: &str, raw: Option<Box<RawValue>>) -> Result<Option<Strin
 /// Refuses text that would not parse into a [`Value`], or nests deeper than
 /// [`MAX_MEMBER_DEPTH`]; `Ok(true)` when it is stored as it is.
 pub fn check_parses(what: &str, text: &str) -> Result<bool, ProtoError> {
-    let mut walk = Walk { text, keys: Vec::new(), rewrite: false, depth: 0 };
-    let mut de = serde_json::Deserializer::from_str(text);
-    let walked = (&mut walk).deserialize(&mut de).and_then(|()| de.end());
+    let (walk, walked) = Walk::run(text);
     match walked {
         Ok(()) => Ok(!walk.rewrite),
         Err(_) if walk.depth > MAX_MEMBER_DEPTH => {
@@ -46,6 +44,14 @@ pub fn check_parses(what: &str, text: &str) -> Result<bool, ProtoError> {
         }
         Err(e) => Err(ProtoError::invalid(format!("{what} is not valid JSON: {e}"))),
     }
+}
+
+/// The nesting depth of `text` (0 for a scalar) when it can be stored as it is: it parses into a
+/// [`Value`] within [`MAX_MEMBER_DEPTH`] and repeats no key. `None` when it would not parse or
+/// must be rewritten, which the caller then does through values.
+pub fn depth_as_sent(text: &str) -> Option<usize> {
+    let (walk, walked) = Walk::run(text);
+    (walked.is_ok() && !walk.rewrite).then_some(walk.deepest)
 }
 
 fn member_text(what: &str, raw: Box<RawValue>) -> Result<String, ProtoError> {
@@ -66,6 +72,8 @@ struct Walk<'de> {
     keys: Vec<&'de str>,
     rewrite: bool,
     depth: usize,
+    /// The deepest `depth` reached.
+    deepest: usize,
 }
 
 /// The key under which serde_json (built with `arbitrary_precision`, as heddle is) hands a number
@@ -77,10 +85,19 @@ const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 const PAIRWISE_KEYS: usize = 16;
 
 impl<'de> Walk<'de> {
+    /// Walks the whole of `text`.
+    fn run(text: &'de str) -> (Walk<'de>, serde_json::Result<()>) {
+        let mut walk = Walk { text, keys: Vec::new(), rewrite: false, depth: 0, deepest: 0 };
+        let mut de = serde_json::Deserializer::from_str(text);
+        let walked = (&mut walk).deserialize(&mut de).and_then(|()| de.end());
+        (walk, walked)
+    }
+
     /// Enters an object or an array; past [`MAX_MEMBER_DEPTH`] the walk stops with `depth`
     /// left above it.
     fn enter<E: serde::de::Error>(&mut self) -> Result<(), E> {
         self.depth += 1;
+        self.deepest = self.deepest.max(self.depth);
         if self.depth > MAX_MEMBER_DEPTH {
             return Err(E::custom("too deep"));
         }

@@ -16,8 +16,8 @@ use serde_json::{Map, Value};
 
 use super::conventions as conv;
 use super::op::op_ref;
-use super::tree::{Node, Tree};
-use super::values::{flat, index_maps_to_lists, nested};
+use super::tree::{Leaf, Node, Tree};
+use super::values::{Attr, index_maps_to_lists, nested, span_attribute};
 use crate::ProjectId;
 use crate::calls::{CallPart, EndPart, StartPart, to_json};
 use crate::limits;
@@ -35,7 +35,7 @@ pub type SpanError = String;
 
 /// The span's attributes, flat, with lookups by key or by key prefix.
 struct Attributes<'a> {
-    flat: Vec<(Cow<'a, str>, Value)>,
+    flat: Vec<(Cow<'a, str>, Attr<'a>)>,
     /// Indices into `flat` ordered by key (stable: the first of equal keys first). A span is
     /// looked up by ~60 convention keys, most of them absent: a binary search each instead of a
     /// scan of every attribute.
@@ -76,7 +76,14 @@ fn at_or_under(key: &str, prefix: &str) -> bool {
     key.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
 }
 
-fn truthy(v: &Value) -> bool {
+fn truthy(v: &Leaf) -> bool {
+    match v {
+        Leaf::Value(v) => truthy_value(v),
+        Leaf::Text(t) => !t.is_empty(),
+    }
+}
+
+fn truthy_value(v: &Value) -> bool {
     match v {
         Value::Null => false,
         Value::Bool(b) => *b,
@@ -92,7 +99,7 @@ fn is_used(used: &Used, key: &str) -> bool {
 }
 
 impl<'a> Attributes<'a> {
-    fn new(flat: Vec<(Cow<'a, str>, Value)>) -> Attributes<'a> {
+    fn new(flat: Vec<(Cow<'a, str>, Attr<'a>)>) -> Attributes<'a> {
         let mut by_key: Vec<usize> = (0..flat.len()).collect();
         by_key.sort_by(|a, b| flat[*a].0.cmp(&flat[*b].0));
         let mut prefixes = PrefixFilter::default();
@@ -114,7 +121,7 @@ impl<'a> Attributes<'a> {
 
     /// The value of `key`: the attribute itself, or the attributes under `key.` nested into one
     /// object (indexed maps read as lists). Untruthy values count as absent.
-    fn get(&self, key: &str) -> Option<Cow<'_, Value>> {
+    fn get(&self, key: &str) -> Option<Leaf<'_>> {
         if !self.prefixes.may_hold(key) {
             return None;
         }
@@ -125,8 +132,9 @@ impl<'a> Attributes<'a> {
         for &i in self.by_key[start..].iter().take_while(|i| self.key(**i).starts_with(key)) {
             let (k, v) = &self.flat[i];
             if k.len() == key.len() {
-                if truthy(v) {
-                    return Some(Cow::Borrowed(v));
+                let v = v.leaf();
+                if truthy(&v) {
+                    return Some(v);
                 }
             } else if k.as_bytes()[key.len()] == b'.' {
                 under.push(i);
@@ -137,10 +145,11 @@ impl<'a> Attributes<'a> {
         }
         // Nested in their original order.
         under.sort_unstable();
-        let under = under.iter().map(|i| (&self.flat[*i].0[key.len() + 1..], &self.flat[*i].1));
+        let under =
+            under.iter().map(|i| (&self.flat[*i].0[key.len() + 1..], self.flat[*i].1.leaf()));
         Some(index_maps_to_lists(Value::Object(Tree::nest(under).into_map())))
-            .filter(truthy)
-            .map(Cow::Owned)
+            .filter(truthy_value)
+            .map(|v| Leaf::Value(Cow::Owned(v)))
     }
 
     /// The first of `keys` present, marked as used.
@@ -148,7 +157,7 @@ impl<'a> Attributes<'a> {
         &self,
         used: &mut Used,
         keys: &[&'static str],
-    ) -> Option<(&'static str, Cow<'_, Value>)> {
+    ) -> Option<(&'static str, Leaf<'_>)> {
         let found = keys.iter().find_map(|k| self.get(k).map(|v| (*k, v)));
         if let Some((k, _)) = &found {
             used.push(k);
@@ -157,11 +166,11 @@ impl<'a> Attributes<'a> {
     }
 
     fn take_string(&self, used: &mut Used, keys: &[&'static str]) -> Option<String> {
-        self.take_first(used, keys).and_then(|(_, v)| as_string(&v))
+        self.take_first(used, keys).and_then(|(_, v)| as_string(v.value()))
     }
 
     fn take_int(&self, used: &mut Used, keys: &[&'static str]) -> Option<i64> {
-        self.take_first(used, keys).and_then(|(_, v)| as_int(&v))
+        self.take_first(used, keys).and_then(|(_, v)| as_int(v.value()))
     }
 }
 
@@ -228,7 +237,7 @@ fn as_int(v: &Value) -> Option<i64> {
 }
 
 /// An object of one member, written without building it.
-struct One<'a>(&'a str, &'a Value);
+struct One<'a>(&'a str, &'a Leaf<'a>);
 
 impl Serialize for One<'_> {
     fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
@@ -239,18 +248,18 @@ impl Serialize for One<'_> {
 }
 
 /// The `inputs` text: `{key: value}`; a single generic `input`/`inputs` object is unwrapped.
-fn inputs(found: Option<&(&str, Cow<Value>)>) -> String {
+fn inputs(found: Option<&(&str, Leaf)>) -> String {
     match found {
         None => "{}".to_owned(),
-        Some(("input" | "inputs", v)) if v.is_object() => to_json(v.as_ref()),
+        Some(("input" | "inputs", v)) if v.is_object() => to_json(v),
         Some((k, v)) => to_json(&One(k, v)),
     }
 }
 
 /// The `output` text (the same unwrapping for `output`/`outputs`).
-fn output(found: Option<&(&str, Cow<Value>)>) -> Option<String> {
+fn output(found: Option<&(&str, Leaf)>) -> Option<String> {
     found.map(|(k, v)| match *k {
-        "output" | "outputs" => to_json(v.as_ref()),
+        "output" | "outputs" => to_json(v),
         k => to_json(&One(k, v)),
     })
 }
@@ -448,6 +457,15 @@ fn fits(above: usize, depth: usize) -> bool {
     above + depth <= limits::MAX_MEMBER_DEPTH
 }
 
+/// The deepest of a span's attribute values; texts kept as sent were measured when walked.
+fn deepest_attribute<'v>(values: impl IntoIterator<Item = &'v Attr<'v>>) -> usize {
+    let depth = |v: &Attr| match v {
+        Attr::Text(t) => t.depth(),
+        Attr::Value(v) => deepest([v]),
+    };
+    values.into_iter().map(depth).max().unwrap_or(0)
+}
+
 /// The deepest of `values` (see [`limits::json_depth`]); scalars are passed over at no cost.
 fn deepest<'v>(values: impl IntoIterator<Item = &'v Value>) -> usize {
     values
@@ -489,10 +507,13 @@ pub fn to_call(
     let ended_at = micros(span.end_time_unix_nano.max(span.start_time_unix_nano));
     let status = span.status.clone().unwrap_or_default();
 
-    let mut flat: Vec<(Cow<str>, Value)> =
-        flat(&span.attributes).into_iter().map(|(k, v)| (Cow::Borrowed(k), v)).collect();
+    let mut flat: Vec<(Cow<str>, Attr)> = span
+        .attributes
+        .iter()
+        .map(|kv| (Cow::Borrowed(kv.key.as_str()), span_attribute(kv.value.as_ref())))
+        .collect();
     let span_attribute_count = flat.len();
-    flat.extend(event_attributes(span).into_iter().map(|(k, v)| (Cow::Owned(k), v)));
+    flat.extend(event_attributes(span).into_iter().map(|(k, v)| (Cow::Owned(k), Attr::Value(v))));
     let attrs = Attributes::new(flat);
     let mut used = Used::new();
     let inputs_found = attrs.take_first(&mut used, conv::INPUT_KEYS);
@@ -523,16 +544,16 @@ pub fn to_call(
     let extra = attrs.take_first(&mut used, &[conv::EXTRA_ATTRIBUTES_KEY]);
     // Unmapped attributes first, so an extracted field of the same name wins.
     let mut all = Tree::nest(
-        attrs.flat.iter().filter(|(k, _)| !is_used(&used, k)).map(|(k, v)| (k.as_ref(), v)),
+        attrs.flat.iter().filter(|(k, _)| !is_used(&used, k)).map(|(k, v)| (k.as_ref(), v.leaf())),
     );
     for (field, v) in fields {
         all.set(Cow::Borrowed(field), Node::Leaf(v));
     }
     if let Some((_, extra)) = &extra
-        && let Value::Object(extra) = extra.as_ref()
+        && let Value::Object(extra) = extra.value()
     {
         for (k, v) in extra {
-            all.set(Cow::Borrowed(k), Node::Leaf(Cow::Borrowed(v)));
+            all.set(Cow::Borrowed(k), Node::Leaf(Leaf::Value(Cow::Borrowed(v))));
         }
     }
     let model = all
@@ -541,7 +562,8 @@ pub fn to_call(
         .or_else(|| all.get("model_parameters")?.str_at(&["model"]))
         .map(str::to_owned);
     // Every member must read back (see `limits::check_json_text`).
-    let values_shallow = fits(ABOVE_ATTRIBUTE, deepest(attrs.flat.iter().map(|(_, v)| v)));
+    let values_shallow =
+        fits(ABOVE_ATTRIBUTE, deepest_attribute(attrs.flat.iter().map(|(_, v)| v)));
     let inputs = member("inputs", inputs, values_shallow)?;
     let attributes = member("attributes", to_json(&all), values_shallow)?;
 
@@ -549,7 +571,7 @@ pub fn to_call(
         attrs.flat[..span_attribute_count]
             .iter()
             .filter(|(k, _)| !moved.holds(k))
-            .map(|(k, v)| (k.as_ref(), v)),
+            .map(|(k, v)| (k.as_ref(), v.leaf())),
     );
     let trace_hex = hex::encode(&span.trace_id);
     let dump = Dump {

@@ -526,3 +526,32 @@ fn a_convention_key_reads_only_its_own_and_dotted_children() {
     assert_eq!(call["attributes"]["inputz"], json!(3));
     assert!(call["attributes"].get("output").is_none());
 }
+
+#[test]
+fn message_texts_are_stored_as_sent_unless_a_rule_reads_into_them() {
+    let messages = "[ {\"role\": \"user\", \"content\": \"caf\\u00e9 \\/ 1.50\"} ]";
+    let req = request(
+        attrs(&[
+            ("gen_ai.input.messages", json!(messages)),
+            // A repeated key is rewritten through values: the last one wins, as parsed.
+            ("gen_ai.output.messages", json!("{\"text\": \"a\", \"text\": \"b\"}")),
+            // An empty text is no value: the next input key is not shadowed by it.
+            ("ai.prompt", json!("{ }")),
+            // A text an attribute's dotted key merges into is read and merged.
+            ("a", json!("{\"x\": {\"y\": 1}}")),
+            ("a.x.z", json!(2)),
+            ("b", json!("[1, 2]")),
+        ]),
+        json!({}),
+    );
+    let (converted, call) = convert_both(&req);
+    let start = converted.parts[0].start.as_ref().unwrap();
+    assert_eq!(start.inputs, format!("{{\"gen_ai.input.messages\":{messages}}}"));
+    assert_eq!(call["inputs"]["gen_ai.input.messages"][0]["content"], json!("café / 1.50"));
+    let output = converted.parts[0].end.as_ref().unwrap().output.as_deref();
+    assert_eq!(output, Some("{\"gen_ai.output.messages\":{\"text\":\"b\"}}"));
+    assert_eq!(call["attributes"]["a"], json!({"x": {"y": 1, "z": 2}}));
+    assert!(start.attributes.contains("\"b\":[1, 2]"), "{}", start.attributes);
+    assert_eq!(call["otel_dump"]["attributes"]["ai"]["prompt"], json!({}));
+    assert_eq!(call["otel_dump"]["attributes_moved"]["inputs"], json!("gen_ai.input.messages"));
+}

@@ -7,8 +7,10 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use serde::ser::{Serialize, SerializeMap, Serializer};
+use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 use serde_json::{Map, Value};
+
+use super::values::JsonText;
 
 /// Entries a tree looks through one by one; past this it keeps an index of its keys, so that an
 /// object of thousands of attributes still nests in linear time.
@@ -24,8 +26,58 @@ pub struct Tree<'v> {
 
 #[derive(Debug)]
 pub enum Node<'v> {
-    Leaf(Cow<'v, Value>),
+    Leaf(Leaf<'v>),
     Tree(Tree<'v>),
+}
+
+/// A value in a tree: decoded, or an attribute's JSON text, written out as it was sent and
+/// parsed only when a rule reads into it.
+#[derive(Debug, Clone)]
+pub enum Leaf<'v> {
+    Value(Cow<'v, Value>),
+    Text(&'v JsonText<'v>),
+}
+
+/// The name under which serde_json's serializer takes a struct's one field as JSON text to
+/// write as it is (how `RawValue` serialises); serde_json does not export it.
+const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+
+impl<'v> Leaf<'v> {
+    pub fn is_object(&self) -> bool {
+        match self {
+            Leaf::Value(v) => v.is_object(),
+            Leaf::Text(t) => t.is_object(),
+        }
+    }
+
+    /// The decoded value (a text is parsed on first use).
+    pub fn value(&self) -> &Value {
+        match self {
+            Leaf::Value(v) => v,
+            Leaf::Text(t) => t.value(),
+        }
+    }
+
+    /// The value, borrowed where it can be.
+    fn into_cow(self) -> Cow<'v, Value> {
+        match self {
+            Leaf::Value(v) => v,
+            Leaf::Text(t) => Cow::Borrowed(t.value()),
+        }
+    }
+}
+
+impl Serialize for Leaf<'_> {
+    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            Leaf::Value(v) => v.serialize(s),
+            Leaf::Text(t) => {
+                let mut raw = s.serialize_struct(RAW_VALUE_TOKEN, 1)?;
+                raw.serialize_field(RAW_VALUE_TOKEN, t.text())?;
+                raw.end()
+            }
+        }
+    }
 }
 
 impl<'v> Node<'v> {
@@ -42,7 +94,7 @@ impl<'v> Node<'v> {
             let Node::Leaf(object) = std::mem::replace(self, Node::Tree(Tree::default())) else {
                 unreachable!("matched above")
             };
-            *self = Node::Tree(Tree::from_object(object));
+            *self = Node::Tree(Tree::from_object(object.into_cow()));
         }
         match self {
             Node::Tree(tree) => Some(tree),
@@ -53,9 +105,9 @@ impl<'v> Node<'v> {
     /// The string at `path` below this node.
     pub fn str_at(&self, path: &[&str]) -> Option<&str> {
         match (self, path) {
-            (Node::Leaf(v), []) => v.as_str(),
+            (Node::Leaf(v), []) => v.value().as_str(),
             (Node::Leaf(v), [key, rest @ ..]) => {
-                rest.iter().try_fold(v.get(key)?, |v, k| v.get(k))?.as_str()
+                rest.iter().try_fold(v.value().get(key)?, |v, k| v.get(k))?.as_str()
             }
             (Node::Tree(tree), [key, rest @ ..]) => tree.get(key)?.str_at(rest),
             (Node::Tree(_), []) => None,
@@ -64,7 +116,7 @@ impl<'v> Node<'v> {
 
     fn into_value(self) -> Value {
         match self {
-            Node::Leaf(v) => v.into_owned(),
+            Node::Leaf(v) => v.into_cow().into_owned(),
             Node::Tree(tree) => Value::Object(tree.into_map()),
         }
     }
@@ -72,10 +124,10 @@ impl<'v> Node<'v> {
 
 impl<'v> Tree<'v> {
     /// Nests `attrs` (dotted keys, in order) into one object.
-    pub fn nest(attrs: impl IntoIterator<Item = (&'v str, &'v Value)>) -> Tree<'v> {
+    pub fn nest(attrs: impl IntoIterator<Item = (&'v str, Leaf<'v>)>) -> Tree<'v> {
         let mut tree = Tree::default();
         for (key, value) in attrs {
-            tree.insert_path(key, Cow::Borrowed(value));
+            tree.insert_path(key, value);
         }
         tree
     }
@@ -86,12 +138,12 @@ impl<'v> Tree<'v> {
         match object {
             Cow::Borrowed(Value::Object(map)) => {
                 for (k, v) in map {
-                    tree.push(Cow::Borrowed(k), Node::Leaf(Cow::Borrowed(v)));
+                    tree.push(Cow::Borrowed(k), Node::Leaf(Leaf::Value(Cow::Borrowed(v))));
                 }
             }
             Cow::Owned(Value::Object(map)) => {
                 for (k, v) in map {
-                    tree.push(Cow::Owned(k), Node::Leaf(Cow::Owned(v)));
+                    tree.push(Cow::Owned(k), Node::Leaf(Leaf::Value(Cow::Owned(v))));
                 }
             }
             _ => {}
@@ -138,7 +190,7 @@ impl<'v> Tree<'v> {
     /// Sets the value at the dotted `key`. A key that collides with another's structure (`a` = 1
     /// and `a.b` = 2) keeps both readable: the scalar goes under the empty key of the object; an
     /// object value merges into an object already there.
-    pub fn insert_path(&mut self, key: &'v str, value: Cow<'v, Value>) {
+    pub fn insert_path(&mut self, key: &'v str, value: Leaf<'v>) {
         let mut segments = key.split('.').peekable();
         let mut node = self;
         while let Some(seg) = segments.next() {
@@ -148,7 +200,7 @@ impl<'v> Tree<'v> {
                     Some(existing) => {
                         let existing = existing.open().expect("an object");
                         if value.is_object() {
-                            existing.merge(value);
+                            existing.merge(value.into_cow());
                         } else {
                             existing.set(Cow::Borrowed(""), Node::Leaf(value));
                         }
@@ -178,7 +230,7 @@ impl<'v> Tree<'v> {
             match self.position(&key).map(|i| &mut self.entries[i].1) {
                 Some(existing) if existing.is_object() && value.is_object() => {
                     let Node::Leaf(value) = value else { unreachable!("members are leaves") };
-                    existing.open().expect("an object").merge(value);
+                    existing.open().expect("an object").merge(value.into_cow());
                 }
                 _ => self.set(key, value),
             }

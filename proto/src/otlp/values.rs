@@ -1,11 +1,15 @@
 //! OTLP attribute values as JSON, and dotted attribute keys as nested objects — the shapes the
 //! Weave server stores (`gen_ai.prompt.0.role` → `{"gen_ai": {"prompt": {"0": {"role": ..}}}}`).
 
+use std::borrow::Cow;
+use std::cell::OnceCell;
+
 use base64::Engine;
 use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use serde_json::{Map, Value};
 
-use super::tree::Tree;
+use super::tree::{Leaf, Tree};
+use crate::member;
 
 /// One AnyValue as JSON: scalars as themselves, arrays and kvlists recursively, bytes as
 /// standard base64, non-finite doubles as `"nan"`/`"inf"`/`"-inf"`, an empty value as null.
@@ -51,6 +55,85 @@ pub fn attribute_value(v: Option<&AnyValue>) -> Value {
     v.map_or(Value::Null, any_value)
 }
 
+/// A span attribute's value: decoded, or a JSON text kept as it was sent.
+#[derive(Debug)]
+pub enum Attr<'a> {
+    Value(Value),
+    Text(JsonText<'a>),
+}
+
+impl Attr<'_> {
+    pub fn leaf(&self) -> Leaf<'_> {
+        match self {
+            Attr::Value(v) => Leaf::Value(Cow::Borrowed(v)),
+            Attr::Text(t) => Leaf::Text(t),
+        }
+    }
+}
+
+/// An attribute that holds a JSON object or array as text, as most instrumentations send
+/// messages (`gen_ai.input.messages`). It is walked once ([`member::depth_as_sent`]: it parses,
+/// within the member bound, no key repeated) and written into the call's members as it was
+/// sent; it is parsed into values only if a rule reads into it. Parsing the messages and writing
+/// them out again was a fifth of a span's conversion (docs/benchmarks.md, "Message texts kept
+/// as sent").
+#[derive(Debug)]
+pub struct JsonText<'a> {
+    text: &'a str,
+    depth: usize,
+    parsed: OnceCell<Value>,
+}
+
+impl<'a> JsonText<'a> {
+    /// `text` when it can be kept as sent: a JSON object or array (first byte `{` or `[`, the
+    /// rule of [`attribute_value`]) that [`member::depth_as_sent`] accepts.
+    fn new(text: &'a str) -> Option<JsonText<'a>> {
+        if !(text.starts_with('{') || text.starts_with('[')) {
+            return None;
+        }
+        let depth = member::depth_as_sent(text)?;
+        Some(JsonText { text, depth, parsed: OnceCell::new() })
+    }
+
+    pub fn text(&self) -> &'a str {
+        self.text
+    }
+
+    /// Its nesting depth, as [`crate::limits::json_depth`] counts it.
+    pub fn depth(&self) -> usize {
+        self.depth
+    }
+
+    pub fn is_object(&self) -> bool {
+        self.text.starts_with('{')
+    }
+
+    /// `{}` or `[]`, whatever the whitespace inside.
+    pub fn is_empty(&self) -> bool {
+        self.text[1..].trim_start().starts_with(['}', ']'])
+    }
+
+    /// The text parsed (once).
+    pub fn value(&self) -> &Value {
+        // The walk accepted it, so it parses; a string is the answer `attribute_value` gives
+        // to text that does not.
+        self.parsed.get_or_init(|| {
+            serde_json::from_str(self.text).unwrap_or_else(|_| Value::String(self.text.to_owned()))
+        })
+    }
+}
+
+/// A span attribute's value: a JSON text kept as sent where it can be (see [`JsonText`]), else
+/// [`attribute_value`].
+pub fn span_attribute(v: Option<&AnyValue>) -> Attr<'_> {
+    if let Some(any_value::Value::StringValue(s)) = v.and_then(|v| v.value.as_ref())
+        && let Some(text) = JsonText::new(s)
+    {
+        return Attr::Text(text);
+    }
+    Attr::Value(attribute_value(v))
+}
+
 /// The flat attribute list, keys unsplit, values decoded.
 pub fn flat(attrs: &[KeyValue]) -> Vec<(&str, Value)> {
     attrs.iter().map(|kv| (kv.key.as_str(), attribute_value(kv.value.as_ref()))).collect()
@@ -58,7 +141,7 @@ pub fn flat(attrs: &[KeyValue]) -> Vec<(&str, Value)> {
 
 /// Dotted keys as nested objects (the rule is [`Tree::insert_path`]'s).
 pub fn nest<'a>(attrs: impl IntoIterator<Item = (&'a str, &'a Value)>) -> Map<String, Value> {
-    Tree::nest(attrs).into_map()
+    Tree::nest(attrs.into_iter().map(|(k, v)| (k, Leaf::Value(Cow::Borrowed(v))))).into_map()
 }
 
 /// `attrs` decoded and nested into one object.
