@@ -1,13 +1,16 @@
 //! Statements of the writer that bind text without copying it.
 //!
 //! rusqlite binds every text with `SQLITE_TRANSIENT`: SQLite allocates a copy of each value, the
-//! insert copies it again into the row's record, and the first copy is freed. On the calls upsert,
-//! whose members are most of a call's bytes, that copy was 11% of the writer thread's time
-//! (docs/benchmarks.md, "Text bound in place"). Binding with `SQLITE_STATIC` lets SQLite read the
-//! caller's text where it lies. That is sound only while the text outlives the binding, so a
-//! [`Statements::execute`] binds, steps and clears the bindings within one call that borrows its
-//! parameters, and the statements themselves are finalized before their connection closes
-//! ([`Statements`] is owned next to the connection by [`super::writer`]).
+//! insert copies it again into the row's record, and the first copy is freed. The calls upsert's
+//! members are most of a call's bytes; binding them in place took ~4% off the writer thread's
+//! CPU per call, and more per span (docs/benchmarks.md, "Text bound in place"). The writer thread
+//! bounds the store's throughput, so its time is the one that counts.
+//!
+//! Binding with `SQLITE_STATIC` lets SQLite read the caller's text where it lies. That is sound
+//! only while the text outlives the binding, so a [`Statements::execute`] binds, steps and clears
+//! the bindings within one call that borrows its parameters, and the statements themselves are
+//! finalized before their connection closes ([`Statements`] is owned next to the connection by
+//! [`super::writer`]).
 
 use std::cell::RefCell;
 use std::ffi::{CStr, c_int};
