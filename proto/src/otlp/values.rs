@@ -42,12 +42,17 @@ pub fn any_value(v: &AnyValue) -> Value {
     }
 }
 
+/// Whether a string attribute is read as JSON: its first byte opens an object or an array.
+fn holds_json(s: &str) -> bool {
+    s.starts_with('{') || s.starts_with('[')
+}
+
 /// An attribute value; a string that holds a JSON object or array (how most instrumentations
 /// send structured inputs) is parsed.
 pub fn attribute_value(v: Option<&AnyValue>) -> Value {
     // Parsed from the attribute itself: a message text is not copied to be parsed.
     if let Some(any_value::Value::StringValue(s)) = v.and_then(|v| v.value.as_ref())
-        && (s.starts_with('{') || s.starts_with('['))
+        && holds_json(s)
         && let Ok(parsed) = serde_json::from_str::<Value>(s)
     {
         return parsed;
@@ -85,10 +90,10 @@ pub struct JsonText<'a> {
 }
 
 impl<'a> JsonText<'a> {
-    /// `text` when it can be kept as sent: a JSON object or array (first byte `{` or `[`, the
-    /// rule of [`attribute_value`]) that [`member::depth_as_sent`] accepts.
+    /// `text` when it can be kept as sent: a JSON object or array (the rule of
+    /// [`attribute_value`]) that [`member::depth_as_sent`] accepts.
     fn new(text: &'a str) -> Option<JsonText<'a>> {
-        if !(text.starts_with('{') || text.starts_with('[')) {
+        if !holds_json(text) {
             return None;
         }
         let depth = member::depth_as_sent(text)?;

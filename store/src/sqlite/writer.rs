@@ -4,10 +4,10 @@
 //! which one fails is redone with each job in its own savepoint, and the failing one rolls back
 //! alone (docs/storage.md#durability-and-group-commit).
 
+use std::ops::Deref;
 use std::panic::AssertUnwindSafe;
 use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
 
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
