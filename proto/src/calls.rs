@@ -474,15 +474,50 @@ pub struct Call {
 
 /// `summary.weave.status` (docs/api/calls.md#call-object).
 pub fn derive_status(exception: bool, ended: bool, summary: &Value) -> &'static str {
-    let errors = summary.pointer("/status_counts/error").and_then(Value::as_f64).unwrap_or(0.0);
+    let errors = summary.pointer("/status_counts/error").and_then(Value::as_f64);
+    status_of(exception, ended, errors)
+}
+
+/// The rule of `summary.weave.status`: `errors` is the summary's `status_counts.error` when it
+/// is a number.
+fn status_of(exception: bool, ended: bool, errors: Option<f64>) -> &'static str {
     if exception {
         "error"
     } else if !ended {
         "running"
-    } else if errors > 0.0 {
+    } else if errors.is_some_and(|e| e > 0.0) {
         "descendant_error"
     } else {
         "success"
+    }
+}
+
+impl EndPart {
+    /// `summary.weave.status` of the call once this end is applied: an end part carries
+    /// everything the status depends on. The embedded store keeps it with the end
+    /// (docs/storage.md#indexes).
+    pub fn status(&self) -> &'static str {
+        status_of(self.exception.is_some(), true, status_errors(&self.summary))
+    }
+}
+
+/// `status_counts.error` of a summary's text, when it is a number. Reads only that member
+/// unless `status_counts` is not an object.
+fn status_errors(summary: &str) -> Option<f64> {
+    #[derive(Deserialize)]
+    struct Summary {
+        status_counts: Option<Counts>,
+    }
+    #[derive(Deserialize)]
+    struct Counts {
+        error: Option<Value>,
+    }
+    match serde_json::from_str::<Summary>(summary) {
+        Ok(s) => s.status_counts?.error?.as_f64(),
+        Err(_) => serde_json::from_str::<Value>(summary)
+            .ok()?
+            .pointer("/status_counts/error")
+            .and_then(Value::as_f64),
     }
 }
 
@@ -758,6 +793,41 @@ mod tests {
         assert_eq!(derive_status(false, false, &s), "running");
         assert_eq!(derive_status(false, true, &s), "descendant_error");
         assert_eq!(derive_status(false, true, &json!({})), "success");
+    }
+
+    #[test]
+    fn an_end_part_has_the_status_its_call_is_read_with() {
+        let summaries = [
+            r#"{}"#,
+            r#"{"status_counts": {"error": 2, "success": 1}}"#,
+            r#"{"status_counts": {"error": 0.5}}"#,
+            r#"{"status_counts": {"error": 0}}"#,
+            r#"{"status_counts": {"error": -1}}"#,
+            r#"{"status_counts": {"error": "3"}}"#,
+            r#"{"status_counts": {"error": true}}"#,
+            r#"{"status_counts": {"error": null}}"#,
+            r#"{"status_counts": 7}"#,
+            r#"{"status_counts": null, "usage": {"m": {"requests": 1}}}"#,
+            r#"{"weave": {"status": "error"}, "status_counts": {"error": 1e2}}"#,
+        ];
+        for summary in summaries {
+            for exception in [None, Some("boom".to_owned())] {
+                let end = EndPart {
+                    ended_at: Micros(1),
+                    summary: summary.to_owned(),
+                    output: None,
+                    exception: exception.clone(),
+                    wb_run_step_end: None,
+                    display_name: None,
+                };
+                let value: Value = serde_json::from_str(summary).unwrap();
+                assert_eq!(
+                    end.status(),
+                    derive_status(exception.is_some(), true, &value),
+                    "{summary}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use heddle_proto::ProjectId;
-use heddle_proto::calls::{Call, CallPart, CallsQuery, derive_summary};
+use heddle_proto::calls::{Call, CallPart, CallsQuery, EndPart, derive_summary};
 use heddle_proto::time::Micros;
 use rusqlite::{Row, params};
 
@@ -23,9 +23,9 @@ use crate::{CallStore, CallStream, Result};
 const UPSERT_CALL_PART: &str = "
 INSERT INTO calls (project_id, id, trace_id, op_name, display_name, parent_id, thread_id, turn_id,
                    started_at, attributes, inputs, otel_dump, wb_user_id, wb_run_id, wb_run_step,
-                   ended_at, summary, output, exception, wb_run_step_end, name_updated)
+                   ended_at, summary, output, exception, wb_run_step_end, name_updated, end_status)
 VALUES (?1, ?2, ?3, ?4, COALESCE(NULLIF(?21, ''), NULLIF(?5, '')), ?6, ?7, ?8, ?9, ?10, ?11, ?12,
-        ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2))
+        ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2), ?22)
 ON CONFLICT (project_id, id) DO UPDATE SET
     trace_id        = COALESCE(excluded.trace_id, calls.trace_id),
     op_name         = IIF(excluded.started_at IS NULL, calls.op_name, excluded.op_name),
@@ -52,7 +52,8 @@ ON CONFLICT (project_id, id) DO UPDATE SET
     summary         = IIF(excluded.ended_at IS NULL, calls.summary, excluded.summary),
     output          = IIF(excluded.ended_at IS NULL, calls.output, excluded.output),
     exception       = IIF(excluded.ended_at IS NULL, calls.exception, excluded.exception),
-    wb_run_step_end = IIF(excluded.ended_at IS NULL, calls.wb_run_step_end, excluded.wb_run_step_end)
+    wb_run_step_end = IIF(excluded.ended_at IS NULL, calls.wb_run_step_end, excluded.wb_run_step_end),
+    end_status      = IIF(excluded.ended_at IS NULL, calls.end_status, excluded.end_status)
 ";
 
 const SET_DISPLAY_NAME: &str = "
@@ -76,8 +77,13 @@ WHERE project_id = ?1 AND deleted_at IS NULL AND started_at IS NOT NULL
 const STREAM_BUFFER: usize = 256;
 
 /// Writes one part with [`UPSERT_CALL_PART`], its texts read in place
-/// ([`WriteConn::execute_in_place`]): a part's members are most of its bytes.
-fn upsert_part(conn: &WriteConn<'_>, p: &CallPart) -> rusqlite::Result<()> {
+/// ([`WriteConn::execute_in_place`]): a part's members are most of its bytes. `end_status` is
+/// the end's [`EndPart::status`], read before the job reaches the writer.
+fn upsert_part(
+    conn: &WriteConn<'_>,
+    p: &CallPart,
+    end_status: Option<&'static str>,
+) -> rusqlite::Result<()> {
     let s = p.start.as_ref();
     let e = p.end.as_ref();
     conn.execute_in_place(
@@ -104,6 +110,7 @@ fn upsert_part(conn: &WriteConn<'_>, p: &CallPart) -> rusqlite::Result<()> {
             e.and_then(|e| e.exception.as_deref()).into(),
             e.and_then(|e| e.wb_run_step_end).into(),
             e.and_then(|e| e.display_name.as_deref()).into(),
+            end_status.into(),
         ],
     )?;
     Ok(())
@@ -163,10 +170,11 @@ fn stream_from<T: Send + 'static>(
 #[async_trait]
 impl CallStore for SqliteStore {
     async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
+        let statuses: Vec<_> = parts.iter().map(|p| p.end.as_ref().map(EndPart::status)).collect();
         self.writer
             .exec(move |conn| {
-                for p in &parts {
-                    upsert_part(conn, p).map_err(backend)?;
+                for (p, &status) in parts.iter().zip(&statuses) {
+                    upsert_part(conn, p, status).map_err(backend)?;
                 }
                 Ok(())
             })
@@ -238,5 +246,173 @@ impl CallStore for SqliteStore {
             .map_err(backend)
         })
         .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use futures::StreamExt;
+    use heddle_proto::calls::{CallsQueryReq, StartPart};
+    use rusqlite::Connection;
+    use serde_json::json;
+
+    use super::super::{SqliteOptions, migrations};
+    use super::*;
+
+    fn start(id: &str) -> StartPart {
+        StartPart {
+            op_name: "op".into(),
+            display_name: None,
+            parent_id: None,
+            thread_id: None,
+            turn_id: None,
+            started_at: Micros(1_000 + id.len() as i64),
+            attributes: "{}".into(),
+            inputs: "{}".into(),
+            otel_dump: None,
+            wb_user_id: None,
+            wb_run_id: None,
+            wb_run_step: None,
+        }
+    }
+
+    fn end(summary: &str, exception: Option<&str>) -> EndPart {
+        EndPart {
+            ended_at: Micros(5_000),
+            summary: summary.into(),
+            output: None,
+            exception: exception.map(str::to_owned),
+            wb_run_step_end: None,
+            display_name: None,
+        }
+    }
+
+    fn part(id: &str, start: Option<StartPart>, end: Option<EndPart>) -> CallPart {
+        let project = ProjectId::parse("e/p").unwrap();
+        CallPart { project, id: id.into(), trace_id: Some("t".into()), start, end }
+    }
+
+    fn status_query(status: &str) -> CallsQuery {
+        let req: CallsQueryReq = serde_json::from_value(json!({
+            "project_id": "e/p",
+            "query": {"$expr": {"$eq": [{"$getField": "summary.weave.status"},
+                                        {"$literal": status}]}},
+        }))
+        .unwrap();
+        req.validate().unwrap()
+    }
+
+    async fn ids(store: &SqliteStore, q: CallsQuery) -> Vec<String> {
+        let calls: Vec<Call> =
+            store.query_calls(q).await.unwrap().map(Result::unwrap).collect().await;
+        let mut ids: Vec<String> = calls.into_iter().map(|c| c.id).collect();
+        ids.sort();
+        ids
+    }
+
+    /// A status filter (answered from `calls_live_by_status`) finds exactly the calls returned
+    /// with that `summary.weave.status`, for rows stored before migration 14 (no `end_status`)
+    /// and after it, whatever order a call's parts came in.
+    #[tokio::test]
+    async fn status_filters_agree_with_the_status_returned() {
+        let dir = tempfile::tempdir().unwrap();
+        {
+            let mut conn = Connection::open(dir.path().join("heddle.db")).unwrap();
+            assert_eq!(migrations::migrate_to(&mut conn, 13).unwrap(), 13);
+            let legacy = "INSERT INTO calls (project_id, id, trace_id, op_name, started_at, \
+                          ended_at, attributes, inputs, summary, exception) \
+                          VALUES ('e/p', ?1, 't', 'op', 1, ?2, '{}', '{}', ?3, ?4)";
+            for (id, ended, summary, exception) in [
+                ("old-running", None, None, None),
+                ("old-success", Some(2), Some(r#"{"status_counts": {"error": 0}}"#), None),
+                ("old-error", Some(2), Some("{}"), Some("boom")),
+                ("old-descendant", Some(2), Some(r#"{"status_counts": {"error": 3}}"#), None),
+                // Text is not a count: the status returned with the call is success.
+                ("old-text-count", Some(2), Some(r#"{"status_counts": {"error": "3"}}"#), None),
+            ] {
+                conn.execute(legacy, params![id, ended, summary, exception]).unwrap();
+            }
+        }
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let counts = r#"{"status_counts": {"error": 2}}"#;
+        let parts = vec![
+            part("new-running", Some(start("new-running")), None),
+            part("new-success", Some(start("new-success")), Some(end("{}", None))),
+            part("new-error", Some(start("new-error")), Some(end("{}", Some("boom")))),
+            part("new-descendant", Some(start("new-descendant")), Some(end(counts, None))),
+            // The end first, then its start: the start keeps the end's status.
+            part("late-start", None, Some(end(counts, None))),
+        ];
+        store.apply_call_parts(parts).await.unwrap();
+        store
+            .apply_call_parts(vec![part("late-start", Some(start("late-start")), None)])
+            .await
+            .unwrap();
+        // A renamed call that ends later.
+        store
+            .set_call_display_name(&ProjectId::parse("e/p").unwrap(), "renamed", "r")
+            .await
+            .unwrap();
+        store.apply_call_parts(vec![part("renamed", Some(start("renamed")), None)]).await.unwrap();
+        store
+            .apply_call_parts(vec![part("renamed", None, Some(end("{}", Some("x"))))])
+            .await
+            .unwrap();
+
+        let all: CallsQuery = serde_json::from_value::<CallsQueryReq>(json!({"project_id": "e/p"}))
+            .unwrap()
+            .validate()
+            .unwrap();
+        let mut returned: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        let calls: Vec<Call> =
+            store.query_calls(all).await.unwrap().map(Result::unwrap).collect().await;
+        for c in calls {
+            let status = c.summary["weave"]["status"].as_str().unwrap().to_owned();
+            returned.entry(status).or_default().push(c.id);
+        }
+        let expected = [
+            ("descendant_error", vec!["late-start", "new-descendant", "old-descendant"]),
+            ("error", vec!["new-error", "old-error", "renamed"]),
+            ("running", vec!["new-running", "old-running"]),
+            ("success", vec!["new-success", "old-success", "old-text-count"]),
+        ];
+        for (status, want) in expected {
+            let mut got = returned.remove(status).unwrap_or_default();
+            got.sort();
+            assert_eq!(got, want, "returned as {status}");
+            assert_eq!(ids(&store, status_query(status)).await, want, "filtered by {status}");
+            assert_eq!(store.count_calls(status_query(status)).await.unwrap(), want.len() as u64);
+        }
+        assert!(returned.is_empty(), "{returned:?}");
+
+        // Calls written since store the status of their end; the others compute it.
+        let stored: Vec<(String, Option<String>)> = store
+            .read(|conn| {
+                let mut st = conn.prepare("SELECT id, end_status FROM calls ORDER BY id").unwrap();
+                let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?))).unwrap();
+                Ok(rows.map(Result::unwrap).collect())
+            })
+            .await
+            .unwrap();
+        let stored: Vec<(&str, Option<&str>)> =
+            stored.iter().map(|(id, s)| (id.as_str(), s.as_deref())).collect();
+        assert_eq!(
+            stored,
+            [
+                ("late-start", Some("descendant_error")),
+                ("new-descendant", Some("descendant_error")),
+                ("new-error", Some("error")),
+                ("new-running", None),
+                ("new-success", Some("success")),
+                ("old-descendant", None),
+                ("old-error", None),
+                ("old-running", None),
+                ("old-success", None),
+                ("old-text-count", None),
+                ("renamed", Some("error")),
+            ]
+        );
     }
 }

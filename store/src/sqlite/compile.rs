@@ -218,11 +218,13 @@ pub(crate) fn json_exists_in(sql: &mut Sql, col: &str, segs: &[String]) {
         .push("), 'null') != 'null')");
 }
 
-/// `summary.weave.status`. Migration 0009 indexes this very expression (`calls_live_by_status`):
-/// change both together (store/tests/sqlite_plans.rs fails when the index goes unused).
-const STATUS_SQL: &str = "(CASE WHEN exception IS NOT NULL THEN 'error' \
+/// `summary.weave.status`: stored with the call's end (`end_status`), else computed. Migration
+/// 0014 indexes this very expression (`calls_live_by_status`): change both together
+/// (store/tests/sqlite_plans.rs fails when the index goes unused).
+const STATUS_SQL: &str = "COALESCE(end_status, CASE WHEN exception IS NOT NULL THEN 'error' \
      WHEN ended_at IS NULL THEN 'running' \
-     WHEN COALESCE(CAST(json_extract(summary, '$.status_counts.error') AS REAL), 0) > 0 \
+     WHEN json_type(summary, '$.status_counts.error') IN ('integer', 'real') \
+     AND json_extract(summary, '$.status_counts.error') > 0 \
      THEN 'descendant_error' ELSE 'success' END)";
 
 pub(crate) fn field(sql: &mut Sql, f: &CallField) {

@@ -19,6 +19,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0011_annotation_queues.sql"),
     include_str!("migrations/0012_project_settings.sql"),
     include_str!("migrations/0013_otel_logs.sql"),
+    include_str!("migrations/0014_end_status.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;

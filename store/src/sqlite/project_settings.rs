@@ -24,7 +24,7 @@ ON CONFLICT (project_id, name) DO UPDATE SET value = excluded.value, updated_at 
 const RETENTION_PROJECTS: &str = "SELECT project_id, value FROM project_settings \
     WHERE name = 'retention_days' AND value != 'null' ORDER BY project_id";
 
-/// The oldest calls first, through `calls_by_start` (project_id, started_at).
+/// Calls started before the cutoff, deleted or not (docs/storage.md#retention).
 const PURGE_CALLS: &str = "DELETE FROM calls WHERE rowid IN (
     SELECT rowid FROM calls WHERE project_id = ?1 AND started_at < ?2 LIMIT ?3)";
 
