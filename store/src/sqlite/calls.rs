@@ -261,14 +261,14 @@ mod tests {
     use super::super::{SqliteOptions, migrations};
     use super::*;
 
-    fn start(id: &str) -> StartPart {
+    fn start() -> StartPart {
         StartPart {
             op_name: "op".into(),
             display_name: None,
             parent_id: None,
             thread_id: None,
             turn_id: None,
-            started_at: Micros(1_000 + id.len() as i64),
+            started_at: Micros(1_000),
             attributes: "{}".into(),
             inputs: "{}".into(),
             otel_dump: None,
@@ -338,24 +338,21 @@ mod tests {
         let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
         let counts = r#"{"status_counts": {"error": 2}}"#;
         let parts = vec![
-            part("new-running", Some(start("new-running")), None),
-            part("new-success", Some(start("new-success")), Some(end("{}", None))),
-            part("new-error", Some(start("new-error")), Some(end("{}", Some("boom")))),
-            part("new-descendant", Some(start("new-descendant")), Some(end(counts, None))),
+            part("new-running", Some(start()), None),
+            part("new-success", Some(start()), Some(end("{}", None))),
+            part("new-error", Some(start()), Some(end("{}", Some("boom")))),
+            part("new-descendant", Some(start()), Some(end(counts, None))),
             // The end first, then its start: the start keeps the end's status.
             part("late-start", None, Some(end(counts, None))),
         ];
         store.apply_call_parts(parts).await.unwrap();
-        store
-            .apply_call_parts(vec![part("late-start", Some(start("late-start")), None)])
-            .await
-            .unwrap();
+        store.apply_call_parts(vec![part("late-start", Some(start()), None)]).await.unwrap();
         // A renamed call that ends later.
         store
             .set_call_display_name(&ProjectId::parse("e/p").unwrap(), "renamed", "r")
             .await
             .unwrap();
-        store.apply_call_parts(vec![part("renamed", Some(start("renamed")), None)]).await.unwrap();
+        store.apply_call_parts(vec![part("renamed", Some(start()), None)]).await.unwrap();
         store
             .apply_call_parts(vec![part("renamed", None, Some(end("{}", Some("x"))))])
             .await
