@@ -495,30 +495,40 @@ fn status_of(exception: bool, ended: bool, errors: Option<f64>) -> &'static str 
 impl EndPart {
     /// `summary.weave.status` of the call once this end is applied: an end part carries
     /// everything the status depends on. The embedded store keeps it with the end
-    /// (docs/storage.md#indexes).
-    pub fn status(&self) -> &'static str {
-        status_of(self.exception.is_some(), true, status_errors(&self.summary))
+    /// (docs/storage.md#indexes). `None` when the summary repeats a key on the way to
+    /// `status_counts.error`, which member texts never do (docs/storage.md#json-members): the
+    /// store then computes the status from the stored text, as for rows stored before it.
+    pub fn status(&self) -> Option<&'static str> {
+        let errors = status_errors(&self.summary).ok()?;
+        Some(status_of(self.exception.is_some(), true, errors))
     }
 }
 
-/// `status_counts.error` of a summary's text, when it is a number. Reads only that member
-/// unless `status_counts` is not an object.
-fn status_errors(summary: &str) -> Option<f64> {
+/// `status_counts.error` of a summary's text, when it is a number. Only the members on the way
+/// to it are captured, borrowed from the text; every other member is skipped, not built, so a
+/// large summary costs one pass over its bytes, whatever its shape.
+fn status_errors(summary: &str) -> serde_json::Result<Option<f64>> {
     #[derive(Deserialize)]
-    struct Summary {
-        status_counts: Option<Counts>,
+    struct Summary<'a> {
+        #[serde(borrow)]
+        status_counts: Option<&'a RawValue>,
     }
     #[derive(Deserialize)]
-    struct Counts {
-        error: Option<Value>,
+    struct Counts<'a> {
+        #[serde(borrow)]
+        error: Option<&'a RawValue>,
     }
-    match serde_json::from_str::<Summary>(summary) {
-        Ok(s) => s.status_counts?.error?.as_f64(),
-        Err(_) => serde_json::from_str::<Value>(summary)
-            .ok()?
-            .pointer("/status_counts/error")
-            .and_then(Value::as_f64),
+    let Some(counts) = serde_json::from_str::<Summary>(summary)?.status_counts else {
+        return Ok(None);
+    };
+    if !counts.get().starts_with('{') {
+        return Ok(None);
     }
+    let Some(error) = serde_json::from_str::<Counts>(counts.get())?.error else {
+        return Ok(None);
+    };
+    // As `Value::as_f64` reads a number; anything else is no count.
+    Ok(serde_json::from_str::<serde_json::Number>(error.get()).ok().and_then(|n| n.as_f64()))
 }
 
 /// `summary.weave.trace_name`'s op part: the name between `/op/` and `:` of an op ref, or the
@@ -823,10 +833,28 @@ mod tests {
                 let value: Value = serde_json::from_str(summary).unwrap();
                 assert_eq!(
                     end.status(),
-                    derive_status(exception.is_some(), true, &value),
+                    Some(derive_status(exception.is_some(), true, &value)),
                     "{summary}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn an_end_part_whose_summary_repeats_a_key_leaves_the_status_to_the_store() {
+        for summary in [
+            r#"{"status_counts": {"error": 1}, "status_counts": {"error": 1}}"#,
+            r#"{"status_counts": {"error": 1, "error": 1}}"#,
+        ] {
+            let end = EndPart {
+                ended_at: Micros(1),
+                summary: summary.to_owned(),
+                output: None,
+                exception: None,
+                wb_run_step_end: None,
+                display_name: None,
+            };
+            assert_eq!(end.status(), None, "{summary}");
         }
     }
 

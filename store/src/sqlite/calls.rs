@@ -78,7 +78,8 @@ const STREAM_BUFFER: usize = 256;
 
 /// Writes one part with [`UPSERT_CALL_PART`], its texts read in place
 /// ([`WriteConn::execute_in_place`]): a part's members are most of its bytes. `end_status` is
-/// the end's [`EndPart::status`], read before the job reaches the writer.
+/// the end's [`EndPart::status`], read before the job reaches the writer; where it is `None`,
+/// the status index's expression computes it from the stored row.
 fn upsert_part(
     conn: &WriteConn<'_>,
     p: &CallPart,
@@ -170,7 +171,8 @@ fn stream_from<T: Send + 'static>(
 #[async_trait]
 impl CallStore for SqliteStore {
     async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
-        let statuses: Vec<_> = parts.iter().map(|p| p.end.as_ref().map(EndPart::status)).collect();
+        let statuses: Vec<_> =
+            parts.iter().map(|p| p.end.as_ref().and_then(EndPart::status)).collect();
         self.writer
             .exec(move |conn| {
                 for (p, &status) in parts.iter().zip(&statuses) {
@@ -337,6 +339,7 @@ mod tests {
         }
         let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
         let counts = r#"{"status_counts": {"error": 2}}"#;
+        let repeated = r#"{"status_counts": {"error": 2}, "status_counts": {"error": 2}}"#;
         let parts = vec![
             part("new-running", Some(start()), None),
             part("new-success", Some(start()), Some(end("{}", None))),
@@ -344,6 +347,8 @@ mod tests {
             part("new-descendant", Some(start()), Some(end(counts, None))),
             // The end first, then its start: the start keeps the end's status.
             part("late-start", None, Some(end(counts, None))),
+            // A summary that repeats a key: no status is stored, the index computes it.
+            part("repeated-key", Some(start()), Some(end(repeated, None))),
         ];
         store.apply_call_parts(parts).await.unwrap();
         store.apply_call_parts(vec![part("late-start", Some(start()), None)]).await.unwrap();
@@ -370,7 +375,10 @@ mod tests {
             returned.entry(status).or_default().push(c.id);
         }
         let expected = [
-            ("descendant_error", vec!["late-start", "new-descendant", "old-descendant"]),
+            (
+                "descendant_error",
+                vec!["late-start", "new-descendant", "old-descendant", "repeated-key"],
+            ),
             ("error", vec!["new-error", "old-error", "renamed"]),
             ("running", vec!["new-running", "old-running"]),
             ("success", vec!["new-success", "old-success", "old-text-count"]),
@@ -409,6 +417,7 @@ mod tests {
                 ("old-success", None),
                 ("old-text-count", None),
                 ("renamed", Some("error")),
+                ("repeated-key", None),
             ]
         );
     }
