@@ -61,6 +61,13 @@ pub trait FieldSql<D: ?Sized>: FieldKind {
     fn json_document(&self) -> Option<&'static str> {
         None
     }
+    /// For `$contains` of a literal `needle` in this field: renders a condition, answered from
+    /// an index, that every row whose value can contain the needle meets, and returns true.
+    /// Renders nothing and returns false where the field has no such index or the needle
+    /// cannot use it.
+    fn substring_candidates(&self, _sql: &mut D, _needle: &str, _case_insensitive: bool) -> bool {
+        false
+    }
 }
 
 /// ` AND (<e>)` when there is an expression.
@@ -215,6 +222,11 @@ pub fn expr<D: Dialect, F: FieldSql<D>>(sql: &mut D, e: &TExpr<F>) {
                 sql.push("(");
             };
             sql.push("(");
+            if let (TOperand::Field(f), TOperand::Lit(Lit::Str(needle))) = (input, substr)
+                && f.substring_candidates(sql, needle, *case_insensitive)
+            {
+                sql.push(" AND ");
+            }
             if let (Some(pretest), TOperand::Field(f), TOperand::Lit(needle @ Lit::Str(_))) =
                 (D::SUBSTRING_PRETEST, input, substr)
                 && let Some(document) = f.json_document()

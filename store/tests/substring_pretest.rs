@@ -1,12 +1,14 @@
-//! `$contains` on a JSON path first tests the row's JSON text (`hd_may_contain`) so that rows
-//! which cannot match are not parsed. The test must never change an answer: every query here
-//! runs twice, once as compiled and once on a connection where the pretest passes every row,
-//! and the two must select the same calls. The documents spell values every way JSON allows
+//! `$contains` on a JSON path first asks the substring index which blocks of rows can hold the
+//! needle (`calls_text`), then tests the row's JSON text (`hd_may_contain`) so that rows which
+//! cannot match are not parsed. Neither may ever change an answer: every query here runs twice,
+//! once as compiled on a database whose index is built, and once on a database whose index is
+//! all pending and where the pretest passes every row, and the two must select the same calls.
+//! Each document is a block of its own, so the index answers for each one. The documents spell values every way JSON allows
 //! (escapes, `\/`, numbers as written, characters whose lower case is ASCII).
 #![cfg(feature = "sqlite")]
 
 use heddle_proto::calls::CallsQueryReq;
-use heddle_store::sqlite::{functions, migrations, sql};
+use heddle_store::sqlite::{functions, migrations, sql, text_index};
 use rusqlite::Connection;
 use rusqlite::functions::FunctionFlags;
 use serde_json::json;
@@ -66,7 +68,11 @@ const NEEDLES: &[&str] = &[
     "null",
 ];
 
-fn database(pretest: bool) -> Connection {
+/// Rowids per block of the substring index (text_index.rs BLOCK_SHIFT).
+const BLOCK: i64 = 64;
+
+fn database(pretest_and_index: bool) -> Connection {
+    let pretest = pretest_and_index;
     let mut conn = Connection::open_in_memory().unwrap();
     functions::register(&conn).unwrap();
     if !pretest {
@@ -81,11 +87,25 @@ fn database(pretest: bool) -> Connection {
     migrations::migrate(&mut conn).unwrap();
     for (i, inputs) in DOCUMENTS.iter().enumerate() {
         conn.execute(
-            "INSERT INTO calls (project_id, id, trace_id, op_name, started_at, attributes, \
-             inputs, summary) VALUES (?1, ?2, ?2, 'op', ?3, '{}', ?4, '{}')",
-            rusqlite::params![PROJECT, format!("c{i:02}"), 1_000 + i as i64, inputs],
+            "INSERT INTO calls (rowid, project_id, id, trace_id, op_name, started_at, \
+             attributes, inputs, summary) VALUES (?1, ?2, ?3, ?3, 'op', ?4, '{}', ?5, '{}')",
+            rusqlite::params![
+                BLOCK * (i as i64 + 1),
+                PROJECT,
+                format!("c{i:02}"),
+                1_000 + i as i64,
+                inputs
+            ],
         )
         .unwrap();
+    }
+    let pending = |conn: &Connection| -> i64 {
+        conn.query_row("SELECT count(*) FROM calls_text_pending", [], |r| r.get(0)).unwrap()
+    };
+    assert_eq!(pending(&conn), DOCUMENTS.len() as i64);
+    if pretest_and_index {
+        assert_eq!(text_index::catch_up(&mut conn).unwrap(), DOCUMENTS.len());
+        assert_eq!(pending(&conn), 0);
     }
     conn
 }

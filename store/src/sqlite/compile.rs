@@ -261,6 +261,10 @@ impl FieldSql<Sql> for CallField {
             _ => None,
         }
     }
+    fn substring_candidates(&self, sql: &mut Sql, needle: &str, case_insensitive: bool) -> bool {
+        matches!(self, CallField::Json(JsonRoot::Inputs | JsonRoot::Output, _))
+            && super::text_index::candidates(sql, needle, case_insensitive)
+    }
 }
 
 /// `feedback.[<type>]...` of the call (docs/api/query.md#calls-fields): of the call's feedback rows

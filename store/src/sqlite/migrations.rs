@@ -20,6 +20,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0012_project_settings.sql"),
     include_str!("migrations/0013_otel_logs.sql"),
     include_str!("migrations/0014_end_status.sql"),
+    include_str!("migrations/0015_text_index.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;

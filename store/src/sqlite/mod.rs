@@ -27,6 +27,8 @@ pub mod sql;
 mod substring;
 mod tables;
 mod tags;
+// Public for the tests, which build the index at once ([`text_index::catch_up`]).
+pub mod text_index;
 mod threads;
 mod values;
 mod writer;
@@ -122,7 +124,7 @@ impl SqliteStore {
             .build(manager)
             .map_err(backend)?;
         Ok(SqliteStore {
-            writer: Writer::start(conn, opts.write_queue.max(1)),
+            writer: Writer::start(conn, opts.write_queue.max(1), text_index::idle_work()),
             readers,
             _checkpointer: checkpointer,
         })

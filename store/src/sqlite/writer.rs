@@ -6,7 +6,7 @@
 
 use std::ops::Deref;
 use std::panic::AssertUnwindSafe;
-use std::sync::mpsc::{self, Receiver, SyncSender, TrySendError};
+use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -133,12 +133,19 @@ pub(crate) struct Writer {
 }
 
 impl Writer {
-    /// Starts the writer thread on `conn`, with room for `capacity` queued jobs.
-    pub fn start(conn: Connection, capacity: usize) -> Writer {
+    /// Starts the writer thread on `conn`, with room for `capacity` queued jobs. `idle` is
+    /// work of the writer's own that may wait (the substring index, [`super::text_index`]): it
+    /// runs in small steps while no job is queued, and returns true while there is more to do.
+    /// It is asked again after every batch.
+    pub fn start(
+        conn: Connection,
+        capacity: usize,
+        idle: impl FnMut(&mut Connection) -> bool + Send + 'static,
+    ) -> Writer {
         let (queue, jobs) = mpsc::sync_channel(capacity);
         std::thread::Builder::new()
             .name("heddle-sqlite-writer".into())
-            .spawn(move || run(conn, jobs))
+            .spawn(move || run(conn, jobs, idle))
             .expect("spawning the writer thread");
         Writer { queue }
     }
@@ -188,11 +195,25 @@ struct Owned {
     conn: Connection,
 }
 
-fn run(conn: Connection, jobs: Receiver<Box<dyn Job>>) {
+fn run(
+    conn: Connection,
+    jobs: Receiver<Box<dyn Job>>,
+    mut idle: impl FnMut(&mut Connection) -> bool,
+) {
     let mut owned = Owned { statements: Statements::new(&conn), conn };
     analyze(&owned.conn);
     let mut analyzed_at = Instant::now();
-    while let Ok(first) = jobs.recv() {
+    let mut idle_work_left = true;
+    loop {
+        let next = if idle_work_left { jobs.try_recv() } else { jobs.recv().map_err(Into::into) };
+        let first = match next {
+            Ok(job) => job,
+            Err(TryRecvError::Empty) => {
+                idle_work_left = idle(&mut owned.conn);
+                continue;
+            }
+            Err(TryRecvError::Disconnected) => break,
+        };
         let mut batch = vec![first];
         while batch.len() < MAX_JOBS_PER_COMMIT {
             match jobs.try_recv() {
@@ -207,6 +228,7 @@ fn run(conn: Connection, jobs: Receiver<Box<dyn Job>>) {
         for job in batch {
             job.finish(&commit);
         }
+        idle_work_left = true;
         if analyzed_at.elapsed() >= ANALYZE_EVERY {
             analyze(&owned.conn);
             analyzed_at = Instant::now();
@@ -242,7 +264,7 @@ mod tests {
     async fn one_batch(jobs: Vec<(&'static str, Outcome)>) -> (Vec<Result<()>>, Vec<String>) {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute("CREATE TABLE t (v TEXT NOT NULL)", []).unwrap();
-        let writer = Writer::start(conn, 64);
+        let writer = Writer::start(conn, 64, |_| false);
         let (held, hold) = std::sync::mpsc::channel::<()>();
         let hold = std::sync::Mutex::new(hold);
         let first = {
