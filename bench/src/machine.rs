@@ -108,6 +108,23 @@ pub(crate) fn process_cpu(pid: u32) -> Option<f64> {
 }
 
 /// The 1-minute load average, a hint of what else ran on the machine.
+/// Waits until the process has used next to no CPU for half a second (work the server does after
+/// answering: building the substring index, checkpointing), at most `limit`. Returns the wait
+/// and the CPU seconds the process used in it.
+pub(crate) fn settle(pid: u32, limit: std::time::Duration) -> Option<(f64, f64)> {
+    let started = Instant::now();
+    let first = process_cpu(pid)?;
+    let mut last = first;
+    loop {
+        std::thread::sleep(std::time::Duration::from_millis(500));
+        let now = process_cpu(pid)?;
+        if now - last < 0.02 || started.elapsed() >= limit {
+            return Some((started.elapsed().as_secs_f64(), now - first));
+        }
+        last = now;
+    }
+}
+
 pub(crate) fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }

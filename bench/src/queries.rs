@@ -22,7 +22,7 @@ use uuid::Uuid;
 
 use crate::Args;
 use crate::client::{Api, Post, clip, send_from};
-use crate::machine::{CpuMeter, Machine, dir_size, loadavg};
+use crate::machine::{CpuMeter, Machine, dir_size, loadavg, settle};
 use crate::report::percentile;
 use crate::rounds::Measured;
 use crate::server::Server;
@@ -283,11 +283,21 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
     let seed_secs = out.wall.as_secs_f64().max(1e-9);
     let seed_rate = out.ok_calls as f64 / seed_secs;
     let seed_cpu = cpu.as_ref().and_then(|c| c.server);
-    let store = server.as_ref().map(|s| dir_size(&s.data_dir()));
     match api.count(&project).await {
         Ok(c) if c == n as u64 => {}
         Ok(c) => problems.push(format!("query_stats counts {c} after seeding, {n} were sent")),
         Err(e) => problems.push(format!("query_stats after seeding: {e:#}")),
+    }
+
+    // What the server still does once every write is answered (the substring index, the WAL
+    // checkpoint) is waited for, so the queries measure a project at rest.
+    let settled = match pid {
+        Some(p) => tokio::task::spawn_blocking(move || settle(p, Duration::from_secs(300))).await?,
+        None => None,
+    };
+    let store = server.as_ref().map(|s| dir_size(&s.data_dir()));
+    if let Some((secs, cpu)) = settled {
+        eprintln!("settled {secs:.1} s after seeding (server CPU {cpu:.1} s)");
     }
 
     // The queries.
@@ -347,7 +357,14 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
             b as f64 / n as f64
         );
     }
-    println!(".\n");
+    println!(".");
+    if let Some((secs, cpu)) = settled {
+        println!(
+            "At rest {secs:.1} s after the last answer, the server using {cpu:.1} s of CPU in \
+             that time (the substring index, checkpoints)."
+        );
+    }
+    println!();
     println!(
         "| Filter | Expected | `stream_query` rows | **p50 ms** | p99 ms | `query_stats` count | \
          **p50 ms** | p99 ms |"
@@ -388,6 +405,8 @@ pub(crate) async fn run(args: &Args, bin: &Path) -> anyhow::Result<Measured> {
     m.add("seed: calls/s", Some(seed_rate), 0);
     m.add("seed: calls per server CPU-s", seed_cpu.filter(|&s| s > 0.0).map(|s| n as f64 / s), 0);
     m.add("store: B per call", store.map(|b| b as f64 / n as f64), 0);
+    m.add("settle: s after seeding", settled.map(|s| s.0), 1);
+    m.add("settle: server CPU-s", settled.map(|s| s.1), 1);
     for (case, stream, stats) in &results {
         m.add(format!("{}: `stream_query` p50 ms", case.name), stream.ms(0.5), 2);
         m.add(format!("{}: `stream_query` p99 ms", case.name), stream.ms(0.99), 2);

@@ -99,6 +99,7 @@ fn database(pretest_and_index: bool) -> Connection {
         )
         .unwrap();
     }
+    text_index::pend_all(&conn).unwrap();
     let pending = |conn: &Connection| -> i64 {
         conn.query_row("SELECT count(*) FROM calls_text_pending", [], |r| r.get(0)).unwrap()
     };

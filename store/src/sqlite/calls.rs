@@ -7,6 +7,7 @@ use heddle_proto::calls::{Call, CallPart, CallsQuery, EndPart, derive_summary};
 use heddle_proto::time::Micros;
 use rusqlite::{Row, params};
 
+use super::text_index;
 use super::values::{empty_object, project_id, raw};
 use super::writer::{WriteConn, backend};
 use super::{SqliteStore, sql};
@@ -79,7 +80,8 @@ const STREAM_BUFFER: usize = 256;
 /// Writes one part with [`UPSERT_CALL_PART`], its texts read in place
 /// ([`WriteConn::execute_in_place`]): a part's members are most of its bytes. `end_status` is
 /// the end's [`EndPart::status`], read before the job reaches the writer; where it is `None`,
-/// the status index's expression computes it from the stored row.
+/// the status index's expression computes it from the stored row. The row's block of the
+/// substring index is then listed as pending ([`text_index::pend`]).
 fn upsert_part(
     conn: &WriteConn<'_>,
     p: &CallPart,
@@ -87,6 +89,7 @@ fn upsert_part(
 ) -> rusqlite::Result<()> {
     let s = p.start.as_ref();
     let e = p.end.as_ref();
+    let before = conn.last_insert_rowid();
     conn.execute_in_place(
         UPSERT_CALL_PART,
         &[
@@ -114,8 +117,18 @@ fn upsert_part(
             end_status.into(),
         ],
     )?;
-    Ok(())
+    // An insert sets the last rowid; an update of the existing row leaves it as it was, and
+    // the row is looked up (a page the upsert just wrote).
+    let rowid = match conn.last_insert_rowid() {
+        r if r != before => r,
+        _ => conn
+            .prepare_cached(ROWID_OF_CALL)?
+            .query_row(params![p.project.as_str(), p.id.as_str()], |r| r.get(0))?,
+    };
+    text_index::pend(conn, rowid)
 }
+
+const ROWID_OF_CALL: &str = "SELECT rowid FROM calls WHERE project_id = ?1 AND id = ?2";
 
 /// Builds a [`Call`] from a row selected with [`sql::call_columns`].
 fn row_to_call(r: &Row<'_>) -> rusqlite::Result<Call> {

@@ -70,6 +70,13 @@ mod tests {
                 "api_keys",
                 "call_blob_chunks",
                 "calls",
+                "calls_text",
+                // FTS5's own tables behind `calls_text`.
+                "calls_text_config",
+                "calls_text_data",
+                "calls_text_docsize",
+                "calls_text_idx",
+                "calls_text_pending",
                 "feedback",
                 "file_chunks",
                 "files",

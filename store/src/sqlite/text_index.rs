@@ -9,11 +9,12 @@
 //! about as many distinct trigrams as a few of its rows, so the index stays small (~30 bytes per
 //! call of the benchmark's text) and cheap to build.
 //!
-//! The index is never wrong, only behind. Triggers on `calls` (migration 0015) list the block of
-//! every row inserted, deleted, or whose inputs or output changed in `calls_text_pending`, in
-//! the same transaction. The writer thread rebuilds pending blocks when it has no writes to do
-//! ([`index_step`]), and a query takes every pending block as a candidate. So an answer is the
-//! same with or without the index; a backlog only makes it slower.
+//! The index is never wrong, only behind. Every write of a call's part lists the row's block in
+//! `calls_text_pending` ([`pend`]), in the same transaction. The writer thread rebuilds pending
+//! blocks when it has no writes to do ([`index_step`]), and a query takes every pending block as
+//! a candidate. So an answer is the same with or without the index; a backlog only makes it
+//! slower. A deleted row's block keeps its entry until a row of it is written again: an entry
+//! that lists too much only adds candidates.
 //!
 //! Why every value a `$contains` can read is found (docs/query-language.md): a string is read
 //! with its escapes decoded, a number or boolean as its JSON text. The trigrams are taken of the
@@ -25,27 +26,36 @@
 //! from ASCII characters and the two non-ASCII ones whose lower case is ASCII
 //! ([`super::substring::FOLDS_TO_ASCII`]), which lower-case the same way one by one.
 
-use std::collections::HashSet;
-
+use rusqlite::types::ValueRef;
 use rusqlite::{Connection, params};
 
 use super::compile::Sql;
+use super::writer::{Idle, Pause};
 
 /// Rows per block, as a shift of the rowid. Migration 0015's triggers and [`candidates`] spell
 /// the same number.
 pub(crate) const BLOCK_SHIFT: u32 = 6;
 
-/// The word of a block that matches every query: its text could not be read as JSON, so its
-/// trigrams are not known. Shorter than any trigram's word, so it is never one of them.
+/// The word of a block that matches every query: its text could not be read as JSON, or is too
+/// large to read ([`MAX_BLOCK_CHARS`]), so its trigrams are not known. Shorter than a trigram's
+/// word, so it is never one of them.
 const ANY: &str = "any";
 
 /// Most trigrams looked up for one needle. Any subset of a needle's trigrams gives a superset
 /// of its blocks; a few rare ones select as well as all of them, and each costs a doclist read.
 const MAX_QUERY_TRIGRAMS: usize = 16;
 
-/// Most blocks one [`index_step`] rebuilds: 512 rows, a few milliseconds, the longest a write
-/// that arrives meanwhile waits for the writer.
-pub(crate) const BLOCKS_PER_STEP: usize = 8;
+/// Characters one [`index_step`] reads before it stops after the block at hand: the bench's
+/// 512 rows, a few milliseconds, the longest a write that arrives meanwhile waits for the
+/// writer (longer only for a block of very large texts).
+const STEP_CHARS: usize = 1 << 19;
+
+/// Most pending blocks one [`index_step`] looks at.
+const STEP_BLOCKS: usize = 64;
+
+/// Characters past which a block is not listed but matches every query ([`ANY`]): a bound on
+/// one block's time (~50 ms) whatever a client sends. Its memory is bounded by [`HASH_BITS`].
+const MAX_BLOCK_CHARS: usize = 1 << 24;
 
 /// For `$contains` of `needle` in `inputs` or `output`: renders a test that a row's block is
 /// one the index lists for the needle or one still pending, and returns true; false (nothing
@@ -81,11 +91,11 @@ pub(crate) fn query(needle: &str, case_insensitive: bool) -> Option<String> {
     };
     let mut grams = Trigrams::default();
     grams.add_text(needle.chars());
-    if grams.seen.is_empty() {
+    if grams.listed.is_empty() {
         return None;
     }
     // Spread over the needle, in its order, so that a long needle is not judged by its start.
-    let mut words: Vec<u32> = grams.in_order;
+    let mut words: Vec<u32> = grams.listed;
     let step = words.len().div_ceil(MAX_QUERY_TRIGRAMS);
     words = words.into_iter().step_by(step).collect();
     let mut q = format!("{ANY} OR (");
@@ -99,43 +109,74 @@ pub(crate) fn query(needle: &str, case_insensitive: bool) -> Option<String> {
     Some(q)
 }
 
-/// The distinct trigram hashes of a block's texts.
-#[derive(Default)]
+/// Bits of a trigram's hash. A block lists each hash at most once, so a block has at most 2^18
+/// words whatever its size, and a bitmap of 32 KiB dedupes them at the cost of a bit test per
+/// character. Collisions only add candidates: a block with 3,000 distinct trigrams (the bench's
+/// 64 rows) holds 1.1% of the hashes, so a needle of 7 trigrams matches a block that has none of
+/// them once in 10^13; a block with 30,000 (dense multilingual text), once in 5 million.
+const HASH_BITS: u32 = 18;
+
+/// The distinct trigram hashes of a block's texts, or of a needle.
 pub(crate) struct Trigrams {
-    seen: HashSet<u32, foldhash::fast::FixedState>,
-    /// The hashes in the order first seen (queries only; a block's order does not matter).
-    in_order: Vec<u32>,
+    /// Bit `h` is set once hash `h` is listed.
+    seen: Vec<u64>,
+    /// The hashes listed, in the order first seen.
+    listed: Vec<u32>,
     window: [u32; 3],
     filled: usize,
-    unreadable: bool,
+    /// Characters read.
+    chars: usize,
+    /// Every query matches: see [`ANY`].
+    matches_all: bool,
+}
+
+impl Default for Trigrams {
+    fn default() -> Self {
+        Trigrams {
+            seen: vec![0; 1 << (HASH_BITS - 6)],
+            listed: Vec::new(),
+            window: [0; 3],
+            filled: 0,
+            chars: 0,
+            matches_all: false,
+        }
+    }
 }
 
 impl Trigrams {
     fn clear(&mut self) {
-        self.seen.clear();
-        self.in_order.clear();
+        for h in self.listed.drain(..) {
+            self.seen[(h >> 6) as usize] = 0;
+        }
         self.filled = 0;
-        self.unreadable = false;
+        self.chars = 0;
+        self.matches_all = false;
+    }
+
+    fn push(&mut self, c: char) {
+        self.window = [self.window[1], self.window[2], c as u32];
+        self.filled += 1;
+        if self.filled >= 3 {
+            let packed = (u64::from(self.window[0]) << 42)
+                | (u64::from(self.window[1]) << 21)
+                | u64::from(self.window[2]);
+            let h = (packed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HASH_BITS)) as u32;
+            let (word, bit) = ((h >> 6) as usize, 1u64 << (h & 63));
+            if self.seen[word] & bit == 0 {
+                self.seen[word] |= bit;
+                self.listed.push(h);
+            }
+        }
     }
 
     fn add_char(&mut self, c: char) {
-        let mut push = |c: char| {
-            self.window = [self.window[1], self.window[2], c as u32];
-            self.filled += 1;
-            if self.filled >= 3 {
-                let packed = (u64::from(self.window[0]) << 42)
-                    | (u64::from(self.window[1]) << 21)
-                    | u64::from(self.window[2]);
-                let h = (packed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as u32;
-                if self.seen.insert(h) {
-                    self.in_order.push(h);
-                }
-            }
-        };
+        self.chars += 1;
         if c.is_ascii() {
-            push(c.to_ascii_lowercase());
+            self.push(c.to_ascii_lowercase());
         } else {
-            c.to_lowercase().for_each(push);
+            for l in c.to_lowercase() {
+                self.push(l);
+            }
         }
     }
 
@@ -148,8 +189,16 @@ impl Trigrams {
     /// Adds a stored JSON text with each string's escapes decoded. A text that is not JSON as
     /// stored makes the block match every query.
     pub(crate) fn add_json(&mut self, json: &str) {
-        if decode_json(json, |c| self.add_char(c)).is_none() {
-            self.unreadable = true;
+        if self.matches_all || self.chars > MAX_BLOCK_CHARS {
+            self.matches_all = true;
+            return;
+        }
+        let read = decode_json(json, |c| {
+            self.add_char(c);
+            self.chars <= MAX_BLOCK_CHARS
+        });
+        if read.is_none() || self.chars > MAX_BLOCK_CHARS {
+            self.matches_all = true;
         }
         // Trigrams never span two texts: each is a value's run on its own.
         self.filled = 0;
@@ -158,30 +207,31 @@ impl Trigrams {
     /// The block's FTS5 text: one word per trigram.
     fn words(&self, out: &mut String) {
         out.clear();
-        if self.unreadable {
+        if self.matches_all {
             out.push_str(ANY);
-            out.push(' ');
+            return;
         }
-        for w in &self.seen {
+        for w in &self.listed {
             push_word(out, *w);
             out.push(' ');
         }
     }
 }
 
-/// A trigram hash as seven base-32 letters, a word of FTS5's `ascii` tokenizer.
+/// A trigram hash as four base-32 letters, a word of FTS5's `ascii` tokenizer.
 fn push_word(out: &mut String, mut h: u32) {
     const LETTERS: &[u8; 32] = b"0123456789abcdefghijklmnopqrstuv";
-    for _ in 0..7 {
+    for _ in 0..HASH_BITS.div_ceil(5) {
         out.push(LETTERS[(h & 31) as usize] as char);
         h >>= 5;
     }
 }
 
 /// Calls `emit` with the characters of `json`, each string's escapes decoded (`\n` a newline,
-/// `\u00e9` an é, a surrogate pair one character). `None` on an escape JSON does not have or a
-/// lone surrogate: the stored members are valid JSON, so this is only a guard.
-fn decode_json(json: &str, mut emit: impl FnMut(char)) -> Option<()> {
+/// `\u00e9` an é, a surrogate pair one character), until it returns false. `None` on an escape
+/// JSON does not have or a lone surrogate: the stored members are valid JSON, so this is only
+/// a guard.
+fn decode_json(json: &str, mut emit: impl FnMut(char) -> bool) -> Option<()> {
     let mut chars = json.chars();
     let mut in_string = false;
     while let Some(c) = chars.next() {
@@ -213,13 +263,21 @@ fn decode_json(json: &str, mut emit: impl FnMut(char)) -> Option<()> {
                     }
                     _ => return None,
                 };
-                emit(decoded);
+                if !emit(decoded) {
+                    break;
+                }
             }
             (_, '"') => {
                 in_string = !in_string;
-                emit(c);
+                if !emit(c) {
+                    break;
+                }
             }
-            _ => emit(c),
+            _ => {
+                if !emit(c) {
+                    break;
+                }
+            }
         }
     }
     Some(())
@@ -231,6 +289,23 @@ fn hex4(chars: &mut std::str::Chars<'_>) -> Option<u32> {
         v = v * 16 + chars.next()?.to_digit(16)?;
     }
     Some(v)
+}
+
+const PEND: &str = "INSERT OR IGNORE INTO calls_text_pending (block) VALUES (?1)";
+
+/// Lists the block of the row `rowid` of `calls` as pending, in the caller's transaction: every
+/// statement that writes a call's `inputs` or `output` must be followed by it.
+pub(crate) fn pend(conn: &Connection, rowid: i64) -> rusqlite::Result<()> {
+    conn.prepare_cached(PEND)?.execute([rowid >> BLOCK_SHIFT])?;
+    Ok(())
+}
+
+/// Lists every block of `calls` as pending, as migration 0015 does: for tests and tools that
+/// write rows without [`pend`].
+pub fn pend_all(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute_batch(
+        "INSERT OR IGNORE INTO calls_text_pending (block) SELECT DISTINCT rowid >> 6 FROM calls",
+    )
 }
 
 const PENDING: &str = "SELECT block FROM calls_text_pending ORDER BY block LIMIT ?1";
@@ -246,18 +321,22 @@ pub(crate) struct Builder {
     words: String,
 }
 
-/// Rebuilds up to [`BLOCKS_PER_STEP`] pending blocks, lowest first, inside the caller's
-/// transaction; returns how many it rebuilt (0: the index is up to date).
+/// Rebuilds pending blocks, lowest first, inside the caller's transaction, until it has read
+/// [`STEP_CHARS`] characters; returns how many it rebuilt (0: the index is up to date).
 pub(crate) fn index_step(conn: &Connection, b: &mut Builder) -> rusqlite::Result<usize> {
     let blocks: Vec<i64> = conn
         .prepare_cached(PENDING)?
-        .query_map([BLOCKS_PER_STEP as i64], |r| r.get(0))?
+        .query_map([STEP_BLOCKS as i64], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
     let mut rows = conn.prepare_cached(BLOCK_ROWS)?;
     let mut delete = conn.prepare_cached(DELETE_ENTRY)?;
     let mut insert = conn.prepare_cached(INSERT_ENTRY)?;
     let mut done = conn.prepare_cached(DONE)?;
+    let (mut rebuilt, mut chars) = (0, 0);
     for &block in &blocks {
+        if chars >= STEP_CHARS {
+            break;
+        }
         b.grams.clear();
         let first = block << BLOCK_SHIFT;
         let mut found = rows.query(params![first, first + (1 << BLOCK_SHIFT) - 1])?;
@@ -265,19 +344,27 @@ pub(crate) fn index_step(conn: &Connection, b: &mut Builder) -> rusqlite::Result
         while let Some(row) = found.next()? {
             any_row = true;
             for col in 0..2 {
-                if let Some(text) = row.get_ref(col)?.as_str_or_null()? {
-                    b.grams.add_json(text);
+                match row.get_ref(col)? {
+                    ValueRef::Null => {}
+                    ValueRef::Text(t) => match std::str::from_utf8(t) {
+                        Ok(text) => b.grams.add_json(text),
+                        Err(_) => b.grams.matches_all = true,
+                    },
+                    // Members are stored as text; anything else is listed as matching all.
+                    _ => b.grams.matches_all = true,
                 }
             }
         }
+        chars += b.grams.chars;
         delete.execute([block])?;
         if any_row {
             b.grams.words(&mut b.words);
             insert.execute(params![block, b.words])?;
         }
         done.execute([block])?;
+        rebuilt += 1;
     }
-    Ok(blocks.len())
+    Ok(rebuilt)
 }
 
 /// Rebuilds every pending block in one transaction; returns how many it rebuilt. For tests and
@@ -296,24 +383,36 @@ pub fn catch_up(conn: &mut Connection) -> rusqlite::Result<usize> {
     Ok(rebuilt)
 }
 
+const PENDING_UP_TO: &str = "SELECT count(*) FROM (SELECT 1 FROM calls_text_pending LIMIT ?1)";
+
+/// Pending blocks that make a full step: with fewer, a step waits until writes pause.
+const FULL_STEP_BLOCKS: i64 = 8;
+
 /// The writer's idle work ([`super::writer::Writer::start`]): one [`index_step`] per call, in a
-/// transaction of its own, committed like any other (`synchronous = FULL`).
-pub(crate) fn idle_work() -> impl FnMut(&mut Connection) -> bool + Send {
+/// transaction of its own, committed like any other (`synchronous = FULL`). While writes keep
+/// coming, only full steps: a small step costs its commit (the FTS5 segment, its structure
+/// record, the pending table's pages) for little work.
+pub(crate) fn idle_work() -> impl FnMut(&mut Connection, Pause) -> Idle + Send {
     let mut builder = Builder::default();
-    move |conn| {
-        let mut step = || -> rusqlite::Result<usize> {
+    move |conn, pause| {
+        let mut step = || -> rusqlite::Result<Idle> {
+            if pause == Pause::Brief {
+                let pending: i64 = conn
+                    .prepare_cached(PENDING_UP_TO)?
+                    .query_row([FULL_STEP_BLOCKS], |r| r.get(0))?;
+                if pending < FULL_STEP_BLOCKS {
+                    return Ok(if pending == 0 { Idle::Done } else { Idle::AtPause });
+                }
+            }
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let rebuilt = index_step(&tx, &mut builder)?;
             tx.commit()?;
-            Ok(rebuilt)
+            Ok(if rebuilt == 0 { Idle::Done } else { Idle::More })
         };
-        match step() {
-            Ok(rebuilt) => rebuilt > 0,
-            Err(e) => {
-                tracing::warn!(error = %e, "sqlite substring index step failed");
-                false
-            }
-        }
+        step().unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "sqlite substring index step failed");
+            Idle::Done
+        })
     }
 }
 
@@ -323,7 +422,11 @@ mod tests {
 
     fn decoded(json: &str) -> Option<String> {
         let mut s = String::new();
-        decode_json(json, |c| s.push(c)).map(|()| s)
+        decode_json(json, |c| {
+            s.push(c);
+            true
+        })
+        .map(|()| s)
     }
 
     #[test]
@@ -338,6 +441,25 @@ mod tests {
         assert_eq!(decoded(r#""\ud83d""#), None);
         assert_eq!(decoded(r#""\x""#), None);
         assert_eq!(decoded(r#""\u12""#), None);
+    }
+
+    #[test]
+    fn a_block_too_large_to_read_matches_everything() {
+        let mut g = Trigrams::default();
+        g.add_json(&format!("{:?}", "ab".repeat(MAX_BLOCK_CHARS / 2 + 1)));
+        assert!(g.matches_all);
+        let mut words = String::new();
+        g.words(&mut words);
+        assert_eq!(words, ANY);
+        // A later text of the same block is not read.
+        let before = g.chars;
+        g.add_json(r#""more""#);
+        assert_eq!(g.chars, before);
+        // Cleared, it lists again.
+        g.clear();
+        g.add_json(r#""abc""#);
+        assert!(!g.matches_all);
+        assert_eq!(g.listed.len(), 3, "\"ab, abc, bc\"");
     }
 
     #[test]
@@ -360,7 +482,7 @@ mod tests {
             let mut n = Trigrams::default();
             let folded = if ci { heddle_ql::eval::fold_case(needle) } else { needle.to_owned() };
             n.add_text(folded.chars());
-            n.in_order.iter().all(|h| text.seen.contains(h))
+            n.listed.iter().all(|h| text.listed.contains(h))
         };
         assert!(has("kelvin", true));
         assert!(has("\u{212A}elvin", false));
@@ -398,12 +520,18 @@ mod tests {
     }
 
     #[test]
-    fn every_change_pends_its_block_until_rebuilt() {
+    fn pending_blocks_are_candidates_until_rebuilt() {
         let mut conn = database();
-        let insert = "INSERT INTO calls (rowid, project_id, id, inputs, output) VALUES (?1, 'e/p', ?1, ?2, ?3)";
-        conn.execute(insert, params![1, r#"{"q":"alpha"}"#, None::<String>]).unwrap();
-        conn.execute(insert, params![64, r#"{"q":"bravo"}"#, r#""charlie""#]).unwrap();
-        conn.execute(insert, params![200, "{}", r#"{"a":"delta"}"#]).unwrap();
+        let insert = "INSERT INTO calls (rowid, project_id, id, inputs, output) \
+                      VALUES (?1, 'e/p', ?1, ?2, ?3)";
+        for (rowid, inputs, output) in [
+            (1, r#"{"q":"alpha"}"#, None),
+            (64, r#"{"q":"bravo"}"#, Some(r#""charlie""#)),
+            (200, "{}", Some(r#"{"a":"delta"}"#)),
+        ] {
+            conn.execute(insert, params![rowid, inputs, output]).unwrap();
+            pend(&conn, rowid).unwrap();
+        }
         assert_eq!(pending(&conn), [0, 1, 3]);
         // Pending blocks are candidates for every needle.
         assert_eq!(blocks_for(&conn, "zulu"), [0, 1, 3]);
@@ -414,18 +542,16 @@ mod tests {
         assert_eq!(blocks_for(&conn, "delta"), [3]);
         assert!(blocks_for(&conn, "zulu").is_empty());
 
-        // A new output pends its block, and the rebuilt entry has the new text only.
+        // A rebuilt block has the new text only.
         conn.execute("UPDATE calls SET output = '\"zulu\"' WHERE rowid = 64", []).unwrap();
+        pend(&conn, 64).unwrap();
         assert_eq!(pending(&conn), [1]);
         catch_up(&mut conn).unwrap();
         assert_eq!(blocks_for(&conn, "zulu"), [1]);
         assert!(blocks_for(&conn, "charlie").is_empty());
-        // Other columns leave the index alone.
-        conn.execute("UPDATE calls SET summary = '{}' WHERE rowid = 64", []).unwrap();
-        assert!(pending(&conn).is_empty());
-        // A deleted row's block is rebuilt without it; an empty block has no entry.
+        // A block rebuilt after its rows are gone has no entry.
         conn.execute("DELETE FROM calls WHERE rowid = 200", []).unwrap();
-        assert_eq!(pending(&conn), [3]);
+        pend(&conn, 200).unwrap();
         catch_up(&mut conn).unwrap();
         let entries: i64 =
             conn.query_row("SELECT count(*) FROM calls_text", [], |r| r.get(0)).unwrap();
@@ -440,6 +566,7 @@ mod tests {
             [],
         )
         .unwrap();
+        pend(&conn, 1).unwrap();
         catch_up(&mut conn).unwrap();
         assert_eq!(blocks_for(&conn, "anything"), [0]);
     }

@@ -6,7 +6,7 @@
 
 use std::ops::Deref;
 use std::panic::AssertUnwindSafe;
-use std::sync::mpsc::{self, Receiver, SyncSender, TryRecvError, TrySendError};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError, TrySendError};
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -134,13 +134,12 @@ pub(crate) struct Writer {
 
 impl Writer {
     /// Starts the writer thread on `conn`, with room for `capacity` queued jobs. `idle` is
-    /// work of the writer's own that may wait (the substring index, [`super::text_index`]): it
-    /// runs in small steps while no job is queued, and returns true while there is more to do.
-    /// It is asked again after every batch.
+    /// work of the writer's own that may wait (the substring index, [`super::text_index`]),
+    /// done in steps while no job is queued; see [`Idle`]. It is asked again after every batch.
     pub fn start(
         conn: Connection,
         capacity: usize,
-        idle: impl FnMut(&mut Connection) -> bool + Send + 'static,
+        idle: impl FnMut(&mut Connection, Pause) -> Idle + Send + 'static,
     ) -> Writer {
         let (queue, jobs) = mpsc::sync_channel(capacity);
         std::thread::Builder::new()
@@ -167,6 +166,61 @@ impl Writer {
         }
         let (out, _work) = answer.await.map_err(|_| backend("writer stopped before answering"))?;
         out
+    }
+}
+
+/// Whether writes have paused when the writer's idle work is asked for a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Pause {
+    /// The queue is empty now, but writes keep coming, at less than [`BUSY_FOR_GAPS`] of the
+    /// writer's time: do a step only if it is a full one. Each step is a commit of its own, and
+    /// many small ones cost more than their work (docs/benchmarks.md, "Substring index").
+    Brief,
+    /// No job has come for [`PAUSE`]: do whatever is left, however little.
+    Lasting,
+}
+
+/// What the writer's idle work has left after a step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Idle {
+    Done,
+    /// More than a full step: ask again as soon as the queue is empty.
+    More,
+    /// Less than a full step: ask again once writes pause.
+    AtPause,
+}
+
+/// How long the queue must stay empty before idle work less than a full step is done.
+const PAUSE: Duration = Duration::from_millis(20);
+
+/// Share of its time the writer spends on jobs above which idle work waits for a pause rather
+/// than taking the gaps between jobs: such a load is near what the machine takes, and idle work
+/// in its gaps would take CPU from the requests (docs/benchmarks.md, "Substring index").
+const BUSY_FOR_GAPS: f64 = 0.5;
+
+/// The window over which the writer's busy share is measured.
+const LOAD_WINDOW: Duration = Duration::from_millis(250);
+
+/// The share of the writer's time spent on jobs, over the last whole [`LOAD_WINDOW`].
+struct Load {
+    since: Instant,
+    busy: Duration,
+    share: f64,
+}
+
+impl Load {
+    fn new() -> Load {
+        Load { since: Instant::now(), busy: Duration::ZERO, share: 0.0 }
+    }
+
+    fn record(&mut self, busy: Duration) {
+        self.busy += busy;
+        let window = self.since.elapsed();
+        if window >= LOAD_WINDOW {
+            self.share = self.busy.as_secs_f64() / window.as_secs_f64();
+            self.busy = Duration::ZERO;
+            self.since = Instant::now();
+        }
     }
 }
 
@@ -198,21 +252,33 @@ struct Owned {
 fn run(
     conn: Connection,
     jobs: Receiver<Box<dyn Job>>,
-    mut idle: impl FnMut(&mut Connection) -> bool,
+    mut idle: impl FnMut(&mut Connection, Pause) -> Idle,
 ) {
     let mut owned = Owned { statements: Statements::new(&conn), conn };
     analyze(&owned.conn);
     let mut analyzed_at = Instant::now();
-    let mut idle_work_left = true;
+    let mut left = Idle::More;
+    let mut load = Load::new();
     loop {
-        let next = if idle_work_left { jobs.try_recv() } else { jobs.recv().map_err(Into::into) };
+        let next = match left {
+            Idle::Done => jobs.recv().map_err(|_| RecvTimeoutError::Disconnected),
+            Idle::More => jobs.try_recv().map_err(|e| match e {
+                TryRecvError::Empty => RecvTimeoutError::Timeout,
+                TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+            }),
+            Idle::AtPause => jobs.recv_timeout(PAUSE),
+        };
         let first = match next {
             Ok(job) => job,
-            Err(TryRecvError::Empty) => {
-                idle_work_left = idle(&mut owned.conn);
+            Err(RecvTimeoutError::Timeout) => {
+                left = match left {
+                    Idle::AtPause => idle(&mut owned.conn, Pause::Lasting),
+                    _ if load.share < BUSY_FOR_GAPS => idle(&mut owned.conn, Pause::Brief),
+                    _ => Idle::AtPause,
+                };
                 continue;
             }
-            Err(TryRecvError::Disconnected) => break,
+            Err(RecvTimeoutError::Disconnected) => break,
         };
         let mut batch = vec![first];
         while batch.len() < MAX_JOBS_PER_COMMIT {
@@ -221,14 +287,16 @@ fn run(
                 Err(_) => break,
             }
         }
+        let started = Instant::now();
         let commit = apply(&mut owned, &mut batch).map_err(Arc::new);
+        load.record(started.elapsed());
         if let Err(e) = &commit {
             tracing::error!(error = %e, jobs = batch.len(), "sqlite commit failed");
         }
         for job in batch {
             job.finish(&commit);
         }
-        idle_work_left = true;
+        left = Idle::More;
         if analyzed_at.elapsed() >= ANALYZE_EVERY {
             analyze(&owned.conn);
             analyzed_at = Instant::now();
@@ -264,7 +332,7 @@ mod tests {
     async fn one_batch(jobs: Vec<(&'static str, Outcome)>) -> (Vec<Result<()>>, Vec<String>) {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute("CREATE TABLE t (v TEXT NOT NULL)", []).unwrap();
-        let writer = Writer::start(conn, 64, |_| false);
+        let writer = Writer::start(conn, 64, |_, _| Idle::Done);
         let (held, hold) = std::sync::mpsc::channel::<()>();
         let hold = std::sync::Mutex::new(hold);
         let first = {

@@ -20,7 +20,7 @@ SELECT id, project_id, op_name, display_name, trace_id, parent_id, thread_id, tu
 -- Text("a")
 -- Text("Ab")
 -- Text("x")
--- Text("any OR (kg52kr2 AND lbuqqp1 AND mh9s9d0 AND iqasco3)")
+-- Text("any OR (48n5 AND llj3 AND ojq0 AND opg7)")
 -- Text("Vortex")
 -- Text("$.\"question\"")
 -- Text("$.\"question\"")
