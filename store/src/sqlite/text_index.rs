@@ -62,9 +62,9 @@ const MAX_BLOCK_CHARS: usize = 1 << 24;
 /// rendered) when the index cannot answer the needle ([`query`]). The blocks are computed once
 /// per statement. The test reads only the rowid, which every index of `calls` holds, so SQLite
 /// makes it before it reads the row: a row outside the blocks costs an index entry, not a read
-/// of its JSON. It is a test rather than a list of rowids to fetch on purpose: a needle found
-/// almost everywhere then costs the scan it costs without the index, where fetching the rows
-/// one by one took three times as long.
+/// of its JSON. It is a test rather than a list of rowids to fetch on purpose: fetching the
+/// rows of a needle found almost everywhere one by one took twice as long as the scan without
+/// the index, where the test adds 10–20% to it (docs/benchmarks.md, "Substring index").
 pub(crate) fn candidates(sql: &mut Sql, needle: &str, case_insensitive: bool) -> bool {
     let Some(q) = query(needle, case_insensitive) else {
         return false;
@@ -389,9 +389,16 @@ const PENDING_UP_TO: &str = "SELECT count(*) FROM (SELECT 1 FROM calls_text_pend
 const FULL_STEP_BLOCKS: i64 = 8;
 
 /// The writer's idle work ([`super::writer::Writer::start`]): one [`index_step`] per call, in a
-/// transaction of its own, committed like any other (`synchronous = FULL`). While writes keep
-/// coming, only full steps: a small step costs its commit (the FTS5 segment, its structure
-/// record, the pending table's pages) for little work.
+/// transaction of its own. While writes keep coming, only full steps: a small step costs its
+/// commit (the FTS5 segment, its structure record, the pending table's pages) for little work.
+///
+/// A step commits with `synchronous = NORMAL`, without an fsync of its own: with one, catching
+/// up a million calls took 46 s of which 13 s were CPU. Nothing acknowledged depends on it. In
+/// WAL mode an unsynced commit can only be lost whole, with the machine, and then its blocks are
+/// still pending, as the same transaction writes their entries and takes them off the list; the
+/// next write's commit (`synchronous = FULL`) syncs the WAL file, and with it every step before
+/// it. The writer's own setting is restored before it takes the next batch: SQLite refuses the
+/// change only inside a transaction, and a connection left in one could not begin the batch's.
 pub(crate) fn idle_work() -> impl FnMut(&mut Connection, Pause) -> Idle + Send {
     let mut builder = Builder::default();
     move |conn, pause| {
@@ -404,15 +411,20 @@ pub(crate) fn idle_work() -> impl FnMut(&mut Connection, Pause) -> Idle + Send {
                     return Ok(if pending == 0 { Idle::Done } else { Idle::AtPause });
                 }
             }
+            conn.pragma_update(None, "synchronous", "NORMAL")?;
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
             let rebuilt = index_step(&tx, &mut builder)?;
             tx.commit()?;
             Ok(if rebuilt == 0 { Idle::Done } else { Idle::More })
         };
-        step().unwrap_or_else(|e| {
+        let left = step().unwrap_or_else(|e| {
             tracing::warn!(error = %e, "sqlite substring index step failed");
             Idle::Done
-        })
+        });
+        if let Err(e) = conn.pragma_update(None, "synchronous", "FULL") {
+            tracing::error!(error = %e, "sqlite writer could not restore synchronous = FULL");
+        }
+        left
     }
 }
 
@@ -497,6 +509,74 @@ mod tests {
         assert!(!has("vortex", false));
     }
 
+    /// Every run of three or more characters of a string value, spelled every way JSON allows,
+    /// has its trigrams among the document's, with and without case: the property the index
+    /// rests on, over random texts of the characters where spelling and case differ.
+    #[test]
+    fn every_substring_of_a_value_is_found() {
+        const ALPHABET: &[char] = &[
+            'a', 'b', 'K', 'k', 'i', 'I', ' ', '"', '\\', '/', '\n', '\u{1}', 'é', 'É', 'ß', 'Σ',
+            'ς', '\u{130}', '\u{212A}', '\u{307}', '😀', '1', '.',
+        ];
+        let mut state = 7u64;
+        let mut next = |n: usize| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            (state >> 33) as usize % n
+        };
+        for _ in 0..300 {
+            let value: Vec<char> =
+                (0..1 + next(24)).map(|_| ALPHABET[next(ALPHABET.len())]).collect();
+            // As serde_json writes it, then with some characters as \u escapes (pairs above the
+            // BMP) and some `/` as `\/`.
+            let mut json = String::from("{\"q\":\"");
+            for &c in &value {
+                match (c, next(3)) {
+                    ('/', 0) => json.push_str("\\/"),
+                    (c, 0) => {
+                        let mut units = [0u16; 2];
+                        for u in c.encode_utf16(&mut units) {
+                            json.push_str(&format!("\\u{u:04X}"));
+                        }
+                    }
+                    (c, _) => {
+                        let quoted = serde_json::to_string(&c.to_string()).unwrap();
+                        json.push_str(&quoted[1..quoted.len() - 1]);
+                    }
+                }
+            }
+            json.push_str("\"}");
+            assert_eq!(
+                serde_json::from_str::<serde_json::Value>(&json).unwrap()["q"],
+                value.iter().collect::<String>()
+            );
+            let mut doc = Trigrams::default();
+            doc.add_json(&json);
+            assert!(!doc.matches_all, "{json}");
+            let found = |needle: &str| {
+                let mut n = Trigrams::default();
+                n.add_text(needle.chars());
+                n.listed.iter().all(|h| doc.listed.contains(h))
+            };
+            let substrings = |text: &[char]| {
+                (0..text.len())
+                    .flat_map(|i| (i + 3..=text.len()).map(move |j| (i, j)))
+                    .map(|(i, j)| text[i..j].iter().collect::<String>())
+                    .collect::<Vec<_>>()
+            };
+            for needle in substrings(&value) {
+                assert!(found(&needle), "{needle:?} in {json}");
+            }
+            // Case ignored: any ASCII run of the value folded as the query language folds it.
+            let folded: Vec<char> =
+                heddle_ql::eval::fold_case(&value.iter().collect::<String>()).chars().collect();
+            for needle in substrings(&folded).into_iter().filter(|n| n.is_ascii()) {
+                assert!(found(&needle), "{needle:?} (case ignored) in {json}");
+            }
+        }
+    }
+
     fn database() -> Connection {
         let mut conn = Connection::open_in_memory().unwrap();
         super::super::functions::register(&conn).unwrap();
@@ -556,6 +636,36 @@ mod tests {
         let entries: i64 =
             conn.query_row("SELECT count(*) FROM calls_text", [], |r| r.get(0)).unwrap();
         assert_eq!(entries, 2);
+    }
+
+    #[test]
+    fn idle_steps_leave_the_writer_synchronous_full() {
+        let mut conn = database();
+        conn.pragma_update(None, "synchronous", "FULL").unwrap();
+        let sync = |conn: &Connection| -> i64 {
+            conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap()
+        };
+        let insert =
+            "INSERT INTO calls (rowid, project_id, id, inputs) VALUES (?1, 'e/p', ?1, '{}')";
+        for rowid in (1..=64 * 20).step_by(64) {
+            conn.execute(insert, [rowid]).unwrap();
+            pend(&conn, rowid).unwrap();
+        }
+        let mut idle = idle_work();
+        // A brief gap with a full step's backlog works; then, under a full step, it waits.
+        assert_eq!(idle(&mut conn, Pause::Brief), Idle::More);
+        assert_eq!(sync(&conn), 2);
+        assert_eq!(pending(&conn).len(), 0, "20 small blocks are one step's characters");
+        conn.execute(insert, [64 * 30]).unwrap();
+        pend(&conn, 64 * 30).unwrap();
+        assert_eq!(idle(&mut conn, Pause::Brief), Idle::AtPause);
+        assert_eq!(idle(&mut conn, Pause::Lasting), Idle::More);
+        assert_eq!(idle(&mut conn, Pause::Lasting), Idle::Done);
+        // A step that fails restores the setting too.
+        pend(&conn, 1).unwrap();
+        conn.execute_batch("DROP TABLE calls_text").unwrap();
+        assert_eq!(idle(&mut conn, Pause::Lasting), Idle::Done);
+        assert_eq!(sync(&conn), 2);
     }
 
     #[test]
