@@ -3,7 +3,7 @@
 //! or `output` reads those rows only instead of the whole project.
 //!
 //! A block's entry in `calls_text` (FTS5, contentless, no positions) lists every trigram of its
-//! rows' inputs and outputs, each hashed to 32 bits and spelled as a 7-letter word. A needle's
+//! rows' inputs and outputs, each hashed to 18 bits and spelled as a 4-letter word. A needle's
 //! trigrams are looked up the same way: the blocks that have all of them are candidates, and
 //! their rows are then tested in full. Blocks rather than rows because a block of 64 rows has
 //! about as many distinct trigrams as a few of its rows, so the index stays small (~30 bytes per
@@ -32,8 +32,8 @@ use rusqlite::{Connection, params};
 use super::compile::Sql;
 use super::writer::{Idle, Pause};
 
-/// Rows per block, as a shift of the rowid. Migration 0015's triggers and [`candidates`] spell
-/// the same number.
+/// Rows per block, as a shift of the rowid. Migration 0015, [`pend_all`] and [`candidates`]
+/// spell the same number.
 pub(crate) const BLOCK_SHIFT: u32 = 6;
 
 /// The word of a block that matches every query: its text could not be read as JSON, or is too
@@ -113,7 +113,7 @@ pub(crate) fn query(needle: &str, case_insensitive: bool) -> Option<String> {
 /// words whatever its size, and a bitmap of 32 KiB dedupes them at the cost of a bit test per
 /// character. Collisions only add candidates: a block with 3,000 distinct trigrams (the bench's
 /// 64 rows) holds 1.1% of the hashes, so a needle of 7 trigrams matches a block that has none of
-/// them once in 10^13; a block with 30,000 (dense multilingual text), once in 5 million.
+/// them once in 10^13; a block with 30,000 (dense multilingual text), once in 4 million.
 const HASH_BITS: u32 = 18;
 
 /// The distinct trigram hashes of a block's texts, or of a needle.
