@@ -434,4 +434,69 @@ mod tests {
             ]
         );
     }
+
+    fn contains(path: &str, needle: &str) -> CallsQuery {
+        let req: CallsQueryReq = serde_json::from_value(json!({
+            "project_id": "e/p",
+            "query": {"$expr": {"$contains": {"input": {"$getField": path},
+                                              "substr": {"$literal": needle}}}},
+        }))
+        .unwrap();
+        req.validate().unwrap()
+    }
+
+    /// Waits until the writer has indexed every block (docs/storage.md#substring-index).
+    async fn indexed(store: &SqliteStore) {
+        for _ in 0..500 {
+            let pending: i64 = store
+                .read(|c| {
+                    c.query_row("SELECT count(*) FROM calls_text_pending", [], |r| r.get(0))
+                        .map_err(backend)
+                })
+                .await
+                .unwrap();
+            if pending == 0 {
+                return;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
+        panic!("the substring index did not catch up");
+    }
+
+    /// `$contains` finds what a part wrote into a row whose block was already indexed: the
+    /// update lists the block again, whichever half of the call comes second.
+    #[tokio::test]
+    async fn substring_search_sees_parts_written_after_indexing() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let with_inputs = |inputs: &str| StartPart { inputs: inputs.into(), ..start() };
+        let with_output = |output: &str| EndPart { output: Some(output.into()), ..end("{}", None) };
+        store
+            .apply_call_parts(vec![
+                part("start-first", Some(with_inputs(r#"{"q":"alpha"}"#)), None),
+                part("end-first", None, Some(with_output(r#""bravo""#))),
+            ])
+            .await
+            .unwrap();
+        indexed(&store).await;
+        store
+            .apply_call_parts(vec![
+                part("start-first", None, Some(with_output(r#"{"a":"charlie"}"#))),
+                part("end-first", Some(with_inputs(r#"{"q":"delta"}"#)), None),
+            ])
+            .await
+            .unwrap();
+        indexed(&store).await;
+        for (path, needle, want) in [
+            ("inputs.q", "alpha", vec!["start-first"]),
+            ("output.a", "charlie", vec!["start-first"]),
+            ("output", "bravo", vec!["end-first"]),
+            ("inputs.q", "delta", vec!["end-first"]),
+            ("inputs.q", "echo", vec![]),
+        ] {
+            assert_eq!(ids(&store, contains(path, needle)).await, want, "{path} {needle}");
+            let count = store.count_calls(contains(path, needle)).await.unwrap();
+            assert_eq!(count, want.len() as u64, "{path} {needle}");
+        }
+    }
 }
