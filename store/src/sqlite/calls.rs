@@ -80,13 +80,13 @@ const STREAM_BUFFER: usize = 256;
 /// Writes one part with [`UPSERT_CALL_PART`], its texts read in place
 /// ([`WriteConn::execute_in_place`]): a part's members are most of its bytes. `end_status` is
 /// the end's [`EndPart::status`], read before the job reaches the writer; where it is `None`,
-/// the status index's expression computes it from the stored row. The row's block of the
-/// substring index is then listed as pending ([`text_index::pend`]).
+/// the status index's expression computes it from the stored row. Returns the row's rowid, whose
+/// block of the substring index the caller lists as pending ([`text_index::pend`]).
 fn upsert_part(
     conn: &WriteConn<'_>,
     p: &CallPart,
     end_status: Option<&'static str>,
-) -> rusqlite::Result<()> {
+) -> rusqlite::Result<i64> {
     let s = p.start.as_ref();
     let e = p.end.as_ref();
     let before = conn.last_insert_rowid();
@@ -119,13 +119,12 @@ fn upsert_part(
     )?;
     // An insert sets the last rowid; an update of the existing row leaves it as it was, and
     // the row is looked up (a page the upsert just wrote).
-    let rowid = match conn.last_insert_rowid() {
-        r if r != before => r,
+    match conn.last_insert_rowid() {
+        r if r != before => Ok(r),
         _ => conn
             .prepare_cached(ROWID_OF_CALL)?
-            .query_row(params![p.project.as_str(), p.id.as_str()], |r| r.get(0))?,
-    };
-    text_index::pend(conn, rowid)
+            .query_row(params![p.project.as_str(), p.id.as_str()], |r| r.get(0)),
+    }
 }
 
 const ROWID_OF_CALL: &str = "SELECT rowid FROM calls WHERE project_id = ?1 AND id = ?2";
@@ -188,8 +187,15 @@ impl CallStore for SqliteStore {
             parts.iter().map(|p| p.end.as_ref().and_then(EndPart::status)).collect();
         self.writer
             .exec(move |conn| {
+                // New rows of a batch are consecutive: their blocks are listed once each.
+                let mut listed = None;
                 for (p, &status) in parts.iter().zip(&statuses) {
-                    upsert_part(conn, p, status).map_err(backend)?;
+                    let rowid = upsert_part(conn, p, status).map_err(backend)?;
+                    let block = Some(rowid >> text_index::BLOCK_SHIFT);
+                    if block != listed {
+                        text_index::pend(conn, rowid).map_err(backend)?;
+                        listed = block;
+                    }
                 }
                 Ok(())
             })

@@ -6,7 +6,7 @@ CREATE VIRTUAL TABLE calls_text USING fts5(grams, content='', contentless_delete
                                            tokenize='ascii');
 -- Blocks whose entry is missing or out of date, rebuilt by the writer when it is idle. A query
 -- reads every pending block in full, so the index is never wrong, only behind. The writer lists
--- a block in the transaction that writes a row of it (calls.rs upsert_part). Not by triggers:
+-- a block in the transaction that writes a row of it (calls.rs apply_call_parts). Not by triggers:
 -- a statement that fires one is journalled page by page in case it must be undone, which
 -- halved the call ingest (docs/benchmarks.md, "Substring index").
 CREATE TABLE calls_text_pending (block INTEGER PRIMARY KEY);
