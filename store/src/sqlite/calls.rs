@@ -451,13 +451,19 @@ mod tests {
         req.validate().unwrap()
     }
 
-    /// Waits until the writer has indexed every block (docs/storage.md#substring-index).
+    /// Waits until the writer has indexed every block but the newest, which waits until it is
+    /// full (docs/storage.md#substring-index).
     async fn indexed(store: &SqliteStore) {
         for _ in 0..500 {
             let pending: i64 = store
                 .read(|c| {
-                    c.query_row("SELECT count(*) FROM calls_text_pending", [], |r| r.get(0))
-                        .map_err(backend)
+                    c.query_row(
+                        "SELECT count(*) FROM calls_text_pending \
+                         WHERE block < (SELECT max(rowid) >> 6 FROM calls)",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .map_err(backend)
                 })
                 .await
                 .unwrap();
@@ -484,6 +490,9 @@ mod tests {
             ])
             .await
             .unwrap();
+        // Later calls fill the block, so that it is indexed (the newest block waits).
+        let later = (0..70).map(|i| part(&format!("later-{i}"), Some(start()), None)).collect();
+        store.apply_call_parts(later).await.unwrap();
         indexed(&store).await;
         store
             .apply_call_parts(vec![

@@ -37,7 +37,7 @@ use super::writer::{Idle, Pause};
 pub(crate) const BLOCK_SHIFT: u32 = 6;
 
 /// The word of a block that matches every query: its text could not be read as JSON, or is too
-/// large to read ([`MAX_BLOCK_CHARS`]), so its trigrams are not known. Shorter than a trigram's
+/// large to read ([`MAX_BLOCK_BYTES`]), so its trigrams are not known. Shorter than a trigram's
 /// word, so it is never one of them.
 const ANY: &str = "any";
 
@@ -53,9 +53,11 @@ const STEP_CHARS: usize = 1 << 19;
 /// Most pending blocks one [`index_step`] looks at.
 const STEP_BLOCKS: usize = 64;
 
-/// Characters past which a block is not listed but matches every query ([`ANY`]): a bound on
-/// one block's time (~50 ms) whatever a client sends. Its memory is bounded by [`HASH_BITS`].
-const MAX_BLOCK_CHARS: usize = 1 << 24;
+/// Bytes of `inputs` and `output` past which a block is not read but matches every query
+/// ([`ANY`]): a bound on the time one block takes (~25 ms), whatever a client sends. The sizes
+/// are read from the rows' headers, so an oversized block costs nothing to skip. The builder's
+/// memory is bounded by [`HASH_BITS`].
+const MAX_BLOCK_BYTES: i64 = 4 << 20;
 
 /// For `$contains` of `needle` in `inputs` or `output`: renders a test that a row's block is
 /// one the index lists for the needle or one still pending, and returns true; false (nothing
@@ -189,15 +191,15 @@ impl Trigrams {
     /// Adds a stored JSON text with each string's escapes decoded. A text that is not JSON as
     /// stored makes the block match every query.
     pub(crate) fn add_json(&mut self, json: &str) {
-        if self.matches_all || self.chars > MAX_BLOCK_CHARS {
-            self.matches_all = true;
+        if self.matches_all {
             return;
         }
-        let read = decode_json(json, |c| {
+        if decode_json(json, |c| {
             self.add_char(c);
-            self.chars <= MAX_BLOCK_CHARS
-        });
-        if read.is_none() || self.chars > MAX_BLOCK_CHARS {
+            true
+        })
+        .is_none()
+        {
             self.matches_all = true;
         }
         // Trigrams never span two texts: each is a value's run on its own.
@@ -308,7 +310,16 @@ pub fn pend_all(conn: &Connection) -> rusqlite::Result<()> {
     )
 }
 
-const PENDING: &str = "SELECT block FROM calls_text_pending ORDER BY block LIMIT ?1";
+/// Pending blocks, lowest first; with ?2 = 0, all but the block of the newest row. That block
+/// fills one row at a time, and rebuilding it on every pause read all of it again each time
+/// (docs/benchmarks.md, "Substring index"): it waits until it is full, and a query reads its
+/// at most 64 rows meanwhile.
+const PENDING: &str = "SELECT block FROM calls_text_pending WHERE ?2 OR block < \
+     coalesce((SELECT max(rowid) FROM calls) >> 6, 0) ORDER BY block LIMIT ?1";
+const PENDING_UP_TO: &str = "SELECT count(*) FROM (SELECT 1 FROM calls_text_pending WHERE \
+     block < coalesce((SELECT max(rowid) FROM calls) >> 6, 0) LIMIT ?1)";
+const BLOCK_BYTES: &str = "SELECT coalesce(sum(octet_length(inputs)), 0) + \
+     coalesce(sum(octet_length(output)), 0) FROM calls WHERE rowid BETWEEN ?1 AND ?2";
 const BLOCK_ROWS: &str = "SELECT inputs, output FROM calls WHERE rowid BETWEEN ?1 AND ?2";
 const DELETE_ENTRY: &str = "DELETE FROM calls_text WHERE rowid = ?1";
 const INSERT_ENTRY: &str = "INSERT INTO calls_text (rowid, grams) VALUES (?1, ?2)";
@@ -322,12 +333,18 @@ pub(crate) struct Builder {
 }
 
 /// Rebuilds pending blocks, lowest first, inside the caller's transaction, until it has read
-/// [`STEP_CHARS`] characters; returns how many it rebuilt (0: the index is up to date).
-pub(crate) fn index_step(conn: &Connection, b: &mut Builder) -> rusqlite::Result<usize> {
+/// [`STEP_CHARS`] characters; returns how many it rebuilt (0: none is left, or only the newest
+/// block when `newest` is false).
+pub(crate) fn index_step(
+    conn: &Connection,
+    b: &mut Builder,
+    newest: bool,
+) -> rusqlite::Result<usize> {
     let blocks: Vec<i64> = conn
         .prepare_cached(PENDING)?
-        .query_map([STEP_BLOCKS as i64], |r| r.get(0))?
+        .query_map(params![STEP_BLOCKS as i64, newest], |r| r.get(0))?
         .collect::<rusqlite::Result<_>>()?;
+    let mut bytes = conn.prepare_cached(BLOCK_BYTES)?;
     let mut rows = conn.prepare_cached(BLOCK_ROWS)?;
     let mut delete = conn.prepare_cached(DELETE_ENTRY)?;
     let mut insert = conn.prepare_cached(INSERT_ENTRY)?;
@@ -338,11 +355,16 @@ pub(crate) fn index_step(conn: &Connection, b: &mut Builder) -> rusqlite::Result
             break;
         }
         b.grams.clear();
-        let first = block << BLOCK_SHIFT;
-        let mut found = rows.query(params![first, first + (1 << BLOCK_SHIFT) - 1])?;
+        let range = params![block << BLOCK_SHIFT, ((block + 1) << BLOCK_SHIFT) - 1];
+        let size: i64 = bytes.query_row(range, |r| r.get(0))?;
+        b.grams.matches_all = size > MAX_BLOCK_BYTES;
+        let mut found = rows.query(range)?;
         let mut any_row = false;
         while let Some(row) = found.next()? {
             any_row = true;
+            if b.grams.matches_all {
+                break;
+            }
             for col in 0..2 {
                 match row.get_ref(col)? {
                     ValueRef::Null => {}
@@ -374,7 +396,7 @@ pub fn catch_up(conn: &mut Connection) -> rusqlite::Result<usize> {
     let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
     let mut rebuilt = 0;
     loop {
-        match index_step(&tx, &mut builder)? {
+        match index_step(&tx, &mut builder, true)? {
             0 => break,
             n => rebuilt += n,
         }
@@ -382,8 +404,6 @@ pub fn catch_up(conn: &mut Connection) -> rusqlite::Result<usize> {
     tx.commit()?;
     Ok(rebuilt)
 }
-
-const PENDING_UP_TO: &str = "SELECT count(*) FROM (SELECT 1 FROM calls_text_pending LIMIT ?1)";
 
 /// Pending blocks that make a full step: with fewer, a step waits until writes pause.
 const FULL_STEP_BLOCKS: i64 = 8;
@@ -413,7 +433,7 @@ pub(crate) fn idle_work() -> impl FnMut(&mut Connection, Pause) -> Idle + Send {
             }
             conn.pragma_update(None, "synchronous", "NORMAL")?;
             let tx = conn.transaction_with_behavior(rusqlite::TransactionBehavior::Immediate)?;
-            let rebuilt = index_step(&tx, &mut builder)?;
+            let rebuilt = index_step(&tx, &mut builder, false)?;
             tx.commit()?;
             Ok(if rebuilt == 0 { Idle::Done } else { Idle::More })
         };
@@ -457,21 +477,33 @@ mod tests {
 
     #[test]
     fn a_block_too_large_to_read_matches_everything() {
+        let mut conn = database();
+        let insert = "INSERT INTO calls (rowid, project_id, id, inputs) VALUES (?1, 'e/p', ?1, ?2)";
+        let large = serde_json::to_string(&"ab".repeat(MAX_BLOCK_BYTES as usize / 2)).unwrap();
+        for (rowid, inputs) in [(1, large.as_str()), (64, r#""small""#)] {
+            conn.execute(insert, params![rowid, inputs]).unwrap();
+            pend(&conn, rowid).unwrap();
+        }
+        catch_up(&mut conn).unwrap();
+        assert_eq!(blocks_for(&conn, "zulu"), [0]);
+        assert_eq!(blocks_for(&conn, "small"), [0, 1]);
+        let words: String = conn
+            .query_row("SELECT count(*) FROM calls_text", [], |r| r.get::<_, i64>(0))
+            .map(|n| n.to_string())
+            .unwrap();
+        assert_eq!(words, "2");
+    }
+
+    #[test]
+    fn a_cleared_set_lists_again() {
         let mut g = Trigrams::default();
-        g.add_json(&format!("{:?}", "ab".repeat(MAX_BLOCK_CHARS / 2 + 1)));
-        assert!(g.matches_all);
-        let mut words = String::new();
-        g.words(&mut words);
-        assert_eq!(words, ANY);
-        // A later text of the same block is not read.
-        let before = g.chars;
-        g.add_json(r#""more""#);
-        assert_eq!(g.chars, before);
-        // Cleared, it lists again.
+        g.add_json(r#""abcdef""#);
         g.clear();
         g.add_json(r#""abc""#);
-        assert!(!g.matches_all);
         assert_eq!(g.listed.len(), 3, "\"ab, abc, bc\"");
+        let mut n = Trigrams::default();
+        n.add_text("cde".chars());
+        assert!(!g.listed.contains(&n.listed[0]), "cleared: {:?}", g.listed);
     }
 
     #[test]
@@ -639,7 +671,7 @@ mod tests {
     }
 
     #[test]
-    fn idle_steps_leave_the_writer_synchronous_full() {
+    fn idle_steps_wait_for_a_full_step_and_leave_the_newest_block() {
         let mut conn = database();
         conn.pragma_update(None, "synchronous", "FULL").unwrap();
         let sync = |conn: &Connection| -> i64 {
@@ -647,20 +679,25 @@ mod tests {
         };
         let insert =
             "INSERT INTO calls (rowid, project_id, id, inputs) VALUES (?1, 'e/p', ?1, '{}')";
-        for rowid in (1..=64 * 20).step_by(64) {
-            conn.execute(insert, [rowid]).unwrap();
-            pend(&conn, rowid).unwrap();
+        let add = |conn: &Connection, block: i64| {
+            conn.execute(insert, [block * 64 + 1]).unwrap();
+            pend(conn, block * 64 + 1).unwrap();
+        };
+        for block in 0..20 {
+            add(&conn, block);
         }
         let mut idle = idle_work();
-        // A brief gap with a full step's backlog works; then, under a full step, it waits.
+        // A brief gap with a full step's backlog works, and leaves the block of the newest row.
         assert_eq!(idle(&mut conn, Pause::Brief), Idle::More);
         assert_eq!(sync(&conn), 2);
-        assert_eq!(pending(&conn).len(), 0, "20 small blocks are one step's characters");
-        conn.execute(insert, [64 * 30]).unwrap();
-        pend(&conn, 64 * 30).unwrap();
+        assert_eq!(pending(&conn), [19]);
+        // Less than a full step waits for a lasting pause.
+        add(&conn, 30);
         assert_eq!(idle(&mut conn, Pause::Brief), Idle::AtPause);
         assert_eq!(idle(&mut conn, Pause::Lasting), Idle::More);
+        assert_eq!(pending(&conn), [30]);
         assert_eq!(idle(&mut conn, Pause::Lasting), Idle::Done);
+        assert_eq!(pending(&conn), [30]);
         // A step that fails restores the setting too.
         pend(&conn, 1).unwrap();
         conn.execute_batch("DROP TABLE calls_text").unwrap();
