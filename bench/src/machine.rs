@@ -107,7 +107,6 @@ pub(crate) fn process_cpu(pid: u32) -> Option<f64> {
     cpu_secs(&format!("/proc/{pid}/stat")).map(|(_, s)| s)
 }
 
-/// The 1-minute load average, a hint of what else ran on the machine.
 /// Waits until the process has used next to no CPU for half a second (work the server does after
 /// answering: building the substring index, checkpointing), at most `limit`. Returns the wait
 /// and the CPU seconds the process used in it.
@@ -125,6 +124,7 @@ pub(crate) fn settle(pid: u32, limit: std::time::Duration) -> Option<(f64, f64)>
     }
 }
 
+/// The 1-minute load average, a hint of what else ran on the machine.
 pub(crate) fn loadavg() -> Option<f64> {
     std::fs::read_to_string("/proc/loadavg").ok()?.split_whitespace().next()?.parse().ok()
 }

@@ -3,8 +3,9 @@
 //! cannot match are not parsed. Neither may ever change an answer: every query here runs twice,
 //! once as compiled on a database whose index is built, and once on a database whose index is
 //! all pending and where the pretest passes every row, and the two must select the same calls.
-//! Each document is a block of its own, so the index answers for each one. The documents spell values every way JSON allows
-//! (escapes, `\/`, numbers as written, characters whose lower case is ASCII).
+//! Each document is a block of its own, so the index answers for each one. The documents spell
+//! values every way JSON allows (escapes, `\/`, numbers as written, characters whose lower case
+//! is ASCII).
 #![cfg(feature = "sqlite")]
 
 use heddle_proto::calls::CallsQueryReq;
@@ -72,10 +73,9 @@ const NEEDLES: &[&str] = &[
 const BLOCK: i64 = 64;
 
 fn database(pretest_and_index: bool) -> Connection {
-    let pretest = pretest_and_index;
     let mut conn = Connection::open_in_memory().unwrap();
     functions::register(&conn).unwrap();
-    if !pretest {
+    if !pretest_and_index {
         conn.create_scalar_function(
             "hd_may_contain",
             3,

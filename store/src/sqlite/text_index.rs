@@ -194,12 +194,7 @@ impl Trigrams {
         if self.matches_all {
             return;
         }
-        if decode_json(json, |c| {
-            self.add_char(c);
-            true
-        })
-        .is_none()
-        {
+        if decode_json(json, |c| self.add_char(c)).is_none() {
             self.matches_all = true;
         }
         // Trigrams never span two texts: each is a value's run on its own.
@@ -230,10 +225,9 @@ fn push_word(out: &mut String, mut h: u32) {
 }
 
 /// Calls `emit` with the characters of `json`, each string's escapes decoded (`\n` a newline,
-/// `\u00e9` an é, a surrogate pair one character), until it returns false. `None` on an escape
-/// JSON does not have or a lone surrogate: the stored members are valid JSON, so this is only
-/// a guard.
-fn decode_json(json: &str, mut emit: impl FnMut(char) -> bool) -> Option<()> {
+/// `\u00e9` an é, a surrogate pair one character). `None` on an escape JSON does not have or a
+/// lone surrogate: the stored members are valid JSON, so this is only a guard.
+fn decode_json(json: &str, mut emit: impl FnMut(char)) -> Option<()> {
     let mut chars = json.chars();
     let mut in_string = false;
     while let Some(c) = chars.next() {
@@ -265,21 +259,13 @@ fn decode_json(json: &str, mut emit: impl FnMut(char) -> bool) -> Option<()> {
                     }
                     _ => return None,
                 };
-                if !emit(decoded) {
-                    break;
-                }
+                emit(decoded);
             }
             (_, '"') => {
                 in_string = !in_string;
-                if !emit(c) {
-                    break;
-                }
+                emit(c);
             }
-            _ => {
-                if !emit(c) {
-                    break;
-                }
-            }
+            _ => emit(c),
         }
     }
     Some(())
@@ -454,11 +440,7 @@ mod tests {
 
     fn decoded(json: &str) -> Option<String> {
         let mut s = String::new();
-        decode_json(json, |c| {
-            s.push(c);
-            true
-        })
-        .map(|()| s)
+        decode_json(json, |c| s.push(c)).map(|()| s)
     }
 
     #[test]
