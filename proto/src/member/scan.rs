@@ -1,0 +1,589 @@
+//! One pass over a member's bytes that says whether it can be stored as sent: JSON that parses
+//! into a [`serde_json::Value`], at most [`MAX_MEMBER_DEPTH`] deep, with no object that repeats
+//! a key (parsed, such an object keeps the last value; SQLite's JSON functions read the first).
+//!
+//! It builds nothing and copies nothing: strings are skipped a run at a time and their escapes
+//! checked in place, where `serde_json`'s own walk decoded every escaped string into a buffer
+//! (a fifth of a span's conversion). It only has to be right when it says yes: whatever it is
+//! not sure of ([`Scan::Unsure`]: a syntax error, an escaped or repeated key, a surrogate escape
+//! that is not a pair) goes to `serde_json`, which then decides and explains.
+
+use crate::limits::MAX_MEMBER_DEPTH;
+
+/// What the pass found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Scan {
+    /// Storable as sent; `depth` as [`crate::limits::json_depth`] counts it.
+    AsSent { depth: usize },
+    /// Nested past [`MAX_MEMBER_DEPTH`] before anything else went wrong.
+    TooDeep,
+    /// Anything else: `serde_json` decides.
+    Unsure,
+}
+
+/// The key under which `serde_json` (built with `arbitrary_precision`) reads an object of one
+/// member as a number: such an object is not stored as sent.
+pub(super) const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+
+/// The first keys of an object are compared pairwise as they come; an object with more is
+/// sorted at its end, so a wide object costs `n log n`, not `n²`.
+const PAIRWISE_KEYS: usize = 16;
+
+/// An open object or array.
+struct Open {
+    object: bool,
+    /// Where the object's keys start in the key stack.
+    first_key: usize,
+}
+
+struct Scanner<'t> {
+    text: &'t [u8],
+    at: usize,
+}
+
+/// Why the pass stopped early.
+enum Stop {
+    TooDeep,
+    Unsure,
+}
+
+type Step<T = ()> = Result<T, Stop>;
+
+impl<'t> Scanner<'t> {
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn skip_whitespace(&mut self) {
+        while let Some(b' ' | b'\n' | b'\r' | b'\t') = self.peek() {
+            self.at += 1;
+        }
+    }
+
+    /// The next byte after whitespace, consumed.
+    fn next_token(&mut self) -> Step<u8> {
+        self.skip_whitespace();
+        let b = self.peek().ok_or(Stop::Unsure)?;
+        self.at += 1;
+        Ok(b)
+    }
+
+    fn expect(&mut self, byte: u8) -> Step {
+        if self.next_token()? == byte { Ok(()) } else { Err(Stop::Unsure) }
+    }
+
+    /// A string whose opening quote was consumed, up to and past its closing quote; its bytes
+    /// between the quotes, and whether it holds an escape.
+    fn string(&mut self) -> Step<(&'t [u8], bool)> {
+        let start = self.at;
+        let mut escaped = false;
+        loop {
+            self.at += special(&self.text[self.at..]).ok_or(Stop::Unsure)?;
+            let b = self.text[self.at];
+            self.at += 1;
+            match b {
+                b'"' => return Ok((&self.text[start..self.at - 1], escaped)),
+                b'\\' => {
+                    escaped = true;
+                    self.escape()?;
+                }
+                // A control character, which must be escaped.
+                _ => return Err(Stop::Unsure),
+            }
+        }
+    }
+
+    /// An escape whose backslash was consumed. A `\u` escape of a surrogate must be the first
+    /// half of a pair followed by the second, as `serde_json` requires when it reads a string.
+    fn escape(&mut self) -> Step {
+        let b = self.peek().ok_or(Stop::Unsure)?;
+        self.at += 1;
+        match b {
+            b'"' | b'\\' | b'/' | b'b' | b'f' | b'n' | b'r' | b't' => Ok(()),
+            b'u' => match self.hex4()? {
+                0xD800..=0xDBFF => {
+                    if self.text.get(self.at..self.at + 2) != Some(b"\\u") {
+                        return Err(Stop::Unsure);
+                    }
+                    self.at += 2;
+                    match self.hex4()? {
+                        0xDC00..=0xDFFF => Ok(()),
+                        _ => Err(Stop::Unsure),
+                    }
+                }
+                0xDC00..=0xDFFF => Err(Stop::Unsure),
+                _ => Ok(()),
+            },
+            _ => Err(Stop::Unsure),
+        }
+    }
+
+    fn hex4(&mut self) -> Step<u16> {
+        let digits = self.text.get(self.at..self.at + 4).ok_or(Stop::Unsure)?;
+        let mut n = 0u16;
+        for d in digits {
+            let v = (*d as char).to_digit(16).ok_or(Stop::Unsure)?;
+            n = n << 4 | v as u16;
+        }
+        self.at += 4;
+        Ok(n)
+    }
+
+    fn digits(&mut self) -> usize {
+        let start = self.at;
+        while let Some(b'0'..=b'9') = self.peek() {
+            self.at += 1;
+        }
+        self.at - start
+    }
+
+    /// A number whose first byte (`-` or a digit) was consumed: `-? (0 | [1-9][0-9]*)
+    /// (. [0-9]+)? ([eE] [+-]? [0-9]+)?`. Kept as text (`arbitrary_precision`), any such
+    /// number parses, however long.
+    fn number(&mut self, first: u8) -> Step {
+        let first = if first == b'-' {
+            let b = self.peek().ok_or(Stop::Unsure)?;
+            self.at += 1;
+            b
+        } else {
+            first
+        };
+        match first {
+            b'0' => {}
+            b'1'..=b'9' => {
+                self.digits();
+            }
+            _ => return Err(Stop::Unsure),
+        }
+        if self.peek() == Some(b'.') {
+            self.at += 1;
+            if self.digits() == 0 {
+                return Err(Stop::Unsure);
+            }
+        }
+        if let Some(b'e' | b'E') = self.peek() {
+            self.at += 1;
+            if let Some(b'+' | b'-') = self.peek() {
+                self.at += 1;
+            }
+            if self.digits() == 0 {
+                return Err(Stop::Unsure);
+            }
+        }
+        Ok(())
+    }
+
+    fn literal(&mut self, rest: &[u8]) -> Step {
+        if self.text.get(self.at..self.at + rest.len()) != Some(rest) {
+            return Err(Stop::Unsure);
+        }
+        self.at += rest.len();
+        Ok(())
+    }
+
+    /// An object key, from its opening quote to its colon: borrowed when written without
+    /// escapes (an escaped key is compared only once decoded: `serde_json` does that).
+    fn key(&mut self) -> Step<&'t [u8]> {
+        if self.next_token()? != b'"' {
+            return Err(Stop::Unsure);
+        }
+        let (key, escaped) = self.string()?;
+        if escaped || key == NUMBER_TOKEN.as_bytes() {
+            return Err(Stop::Unsure);
+        }
+        self.expect(b':')?;
+        Ok(key)
+    }
+}
+
+/// Where the first byte that ends a run of string text is: a quote, a backslash or a control
+/// character. Eight bytes at a time (SWAR): most of a member's bytes are string text, and its
+/// runs between escapes are short (a newline every line), too short for `memchr`'s setup.
+fn special(bytes: &[u8]) -> Option<usize> {
+    const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
+    const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
+    // A byte of `x` is zero (resp. below 0x20): its high bit is set in the result. Borrows can
+    // set bits above the first such byte but never below it, so the lowest bit set is exact.
+    let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
+    let below_space = |x: u64| x.wrapping_sub(ONES * 0x20) & !x & HIGH;
+    let mut chunks = bytes.chunks_exact(8);
+    let mut at = 0;
+    for chunk in chunks.by_ref() {
+        let x = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
+        let found = zero(x ^ (ONES * u64::from(b'"')))
+            | zero(x ^ (ONES * u64::from(b'\\')))
+            | below_space(x);
+        if found != 0 {
+            return Some(at + found.trailing_zeros() as usize / 8);
+        }
+        at += 8;
+    }
+    let tail = chunks.remainder().iter().position(|b| matches!(b, b'"' | b'\\' | 0..0x20));
+    tail.map(|i| at + i)
+}
+
+/// Whether `keys` (an object's, all of them) repeats one. The first [`PAIRWISE_KEYS`] were
+/// compared as they came.
+fn repeats_a_key(keys: &mut [&[u8]]) -> bool {
+    if keys.len() <= PAIRWISE_KEYS {
+        return false;
+    }
+    keys.sort_unstable();
+    keys.windows(2).any(|w| w[0] == w[1])
+}
+
+/// Scans `text` (see the module's comment).
+pub(super) fn scan(text: &str) -> Scan {
+    let mut s = Scanner { text: text.as_bytes(), at: 0 };
+    match walk(&mut s) {
+        Ok(depth) => Scan::AsSent { depth },
+        Err(Stop::TooDeep) => Scan::TooDeep,
+        Err(Stop::Unsure) => Scan::Unsure,
+    }
+}
+
+/// The deepest nesting of the one value `s` holds, walked without recursion.
+fn walk<'t>(s: &mut Scanner<'t>) -> Step<usize> {
+    let mut open: Vec<Open> = Vec::new();
+    let mut keys: Vec<&'t [u8]> = Vec::new();
+    let mut deepest = 0;
+    'value: loop {
+        // A value is due.
+        match s.next_token()? {
+            b @ (b'{' | b'[') => {
+                let object = b == b'{';
+                if open.len() == MAX_MEMBER_DEPTH {
+                    return Err(Stop::TooDeep);
+                }
+                open.push(Open { object, first_key: keys.len() });
+                deepest = deepest.max(open.len());
+                s.skip_whitespace();
+                let close = if object { b'}' } else { b']' };
+                if s.peek() == Some(close) {
+                    s.at += 1;
+                    open.pop();
+                } else {
+                    if object {
+                        keys.push(s.key()?);
+                    }
+                    continue 'value;
+                }
+            }
+            b'"' => {
+                s.string()?;
+            }
+            b't' => s.literal(b"rue")?,
+            b'f' => s.literal(b"alse")?,
+            b'n' => s.literal(b"ull")?,
+            b @ (b'-' | b'0'..=b'9') => s.number(b)?,
+            _ => return Err(Stop::Unsure),
+        }
+        // A value ended: close what it ends, or go on to the next.
+        loop {
+            let Some(top) = open.last() else {
+                s.skip_whitespace();
+                return if s.at == s.text.len() { Ok(deepest) } else { Err(Stop::Unsure) };
+            };
+            match (s.next_token()?, top.object) {
+                (b',', false) => continue 'value,
+                (b',', true) => {
+                    let key = s.key()?;
+                    let first = top.first_key;
+                    if keys.len() - first < PAIRWISE_KEYS && keys[first..].contains(&key) {
+                        return Err(Stop::Unsure);
+                    }
+                    keys.push(key);
+                    continue 'value;
+                }
+                (b']', false) => {
+                    open.pop();
+                }
+                (b'}', true) => {
+                    let first = top.first_key;
+                    if repeats_a_key(&mut keys[first..]) {
+                        return Err(Stop::Unsure);
+                    }
+                    keys.truncate(first);
+                    open.pop();
+                }
+                _ => return Err(Stop::Unsure),
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    use crate::limits::json_depth;
+
+    /// A small deterministic generator (xorshift), so that a failure reproduces.
+    struct Rng(u64);
+
+    impl Rng {
+        fn below(&mut self, n: usize) -> usize {
+            self.0 ^= self.0 << 13;
+            self.0 ^= self.0 >> 7;
+            self.0 ^= self.0 << 17;
+            (self.0 % n as u64) as usize
+        }
+
+        fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
+            from[self.below(from.len())]
+        }
+    }
+
+    const SPACE: &[&str] = &["", "", "", " ", "\n", "\t ", "\r\n"];
+    const NUMBERS: &[&str] =
+        &["0", "-0", "7", "-12", "1.5", "0.25e-3", "1E+400", "12345678901234567890123", "2e9"];
+    /// String pieces: plain, every escape, pairs and lone halves of surrogates, and text that
+    /// must not appear raw.
+    const PIECES: &[&str] = &[
+        "a",
+        "key",
+        "résumé",
+        "😀",
+        " ",
+        r"\n",
+        r#"\""#,
+        r"\\",
+        r"\/",
+        r"\b\f\r\t",
+        r"\u00e9",
+        r"\u00E9",
+        r"\ud83d\ude00",
+        r"\ud800",
+        r"\udc00",
+        r"\ud800\u0041",
+        r"\x",
+        r"\u12",
+        "\u{1}",
+        "\t",
+        "$serde_json::private::Number",
+    ];
+    const KEYS: &[&str] =
+        &["a", "b", "c", r"\u0061", "role", "content", "", "$serde_json::private::Number"];
+
+    fn string(r: &mut Rng, out: &mut String, from: &[&str]) {
+        out.push('"');
+        for _ in 0..r.below(4) {
+            out.push_str(r.pick(from));
+        }
+        out.push('"');
+    }
+
+    fn value(r: &mut Rng, out: &mut String, depth: usize) {
+        out.push_str(r.pick(SPACE));
+        match r.below(if depth > 0 { 8 } else { 5 }) {
+            0 => out.push_str(r.pick(&["null", "true", "false"])),
+            1 | 2 => out.push_str(r.pick(NUMBERS)),
+            3 | 4 => string(r, out, PIECES),
+            5 | 6 => {
+                out.push('{');
+                for i in 0..r.below(5) {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    out.push_str(r.pick(SPACE));
+                    let keys = r.below(KEYS.len()) + 1;
+                    string(r, out, &KEYS[..keys]);
+                    out.push_str(r.pick(SPACE));
+                    out.push(':');
+                    value(r, out, depth - 1);
+                }
+                out.push('}');
+            }
+            _ => {
+                out.push('[');
+                for i in 0..r.below(5) {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    value(r, out, depth - 1);
+                }
+                out.push(']');
+            }
+        }
+        out.push_str(r.pick(SPACE));
+    }
+
+    /// Edits that keep the text UTF-8: a character dropped, or a JSON-significant one put in.
+    fn mutate(r: &mut Rng, text: &str) -> String {
+        let mut chars: Vec<char> = text.chars().collect();
+        for _ in 0..r.below(3) + 1 {
+            let at = r.below(chars.len() + 1);
+            if r.below(2) == 0 && at < chars.len() {
+                chars.remove(at);
+            } else {
+                let c = b"{}[],:\"\\0-1.eE+tu \x1f"[r.below(19)] as char;
+                chars.insert(at, c);
+            }
+        }
+        chars.into_iter().collect()
+    }
+
+    /// Whether some object in `text` (which parses) repeats a key, read as values read keys.
+    fn repeats_a_key_anywhere(text: &str) -> bool {
+        use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
+        struct Check(bool);
+        impl<'de> Visitor<'de> for &mut Check {
+            type Value = ();
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("JSON")
+            }
+            fn visit_bool<E>(self, _: bool) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_i64<E>(self, _: i64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_u64<E>(self, _: u64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_f64<E>(self, _: f64) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_str<E>(self, _: &str) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_unit<E>(self) -> Result<(), E> {
+                Ok(())
+            }
+            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
+                while s.next_element_seed(&mut *self)?.is_some() {}
+                Ok(())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
+                let mut keys = std::collections::HashSet::new();
+                while let Some(k) = m.next_key::<String>()? {
+                    self.0 |= !keys.insert(k);
+                    m.next_value_seed(&mut *self)?;
+                }
+                Ok(())
+            }
+        }
+        impl<'de> DeserializeSeed<'de> for &mut Check {
+            type Value = ();
+            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+                d.deserialize_any(self)
+            }
+        }
+        let mut check = Check(false);
+        let mut de = serde_json::Deserializer::from_str(text);
+        check.deserialize(&mut de).expect("parses");
+        check.0
+    }
+
+    /// What the scan says must agree with parsing into values: yes only for text that parses,
+    /// at the depth it says, repeating no key; too deep only for text that does not parse
+    /// within the bound. Generated texts, valid and damaged; the counts show every answer is
+    /// reached often.
+    #[test]
+    fn scan_agrees_with_parsing_into_values() {
+        let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+        let (mut as_sent, mut unsure_but_valid, mut refused) = (0, 0, 0);
+        for n in 0..60_000 {
+            let mut text = String::new();
+            let depth = r.below(5);
+            value(&mut r, &mut text, depth);
+            if n % 2 == 1 {
+                text = mutate(&mut r, &text);
+            }
+            let parsed = serde_json::from_str::<Value>(&text);
+            match scan(&text) {
+                Scan::AsSent { depth } => {
+                    let v = parsed.unwrap_or_else(|e| panic!("{text:?}: scan yes, values {e}"));
+                    assert_eq!(depth, json_depth(&v, MAX_MEMBER_DEPTH), "{text:?}");
+                    assert!(!repeats_a_key_anywhere(&text), "{text:?}");
+                    as_sent += 1;
+                }
+                Scan::TooDeep => panic!("{text:?}: too deep"),
+                Scan::Unsure if parsed.is_ok() => unsure_but_valid += 1,
+                Scan::Unsure => refused += 1,
+            }
+        }
+        assert!(
+            as_sent > 15_000 && unsure_but_valid > 1_000 && refused > 15_000,
+            "{as_sent} {unsure_but_valid} {refused}"
+        );
+    }
+
+    #[test]
+    fn special_finds_the_first_byte_that_ends_string_text() {
+        let mut r = Rng(7);
+        let alphabet = b"ab\x00\x1f \x7f\x80\xff\"\\\x20\x21";
+        for _ in 0..20_000 {
+            let len = r.below(40);
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| if r.below(6) == 0 { alphabet[r.below(alphabet.len())] } else { b'q' })
+                .collect();
+            let naive = bytes.iter().position(|b| matches!(b, b'"' | b'\\' | 0..0x20));
+            assert_eq!(special(&bytes), naive, "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn what_is_stored_as_sent_and_what_is_not() {
+        let yes = [
+            (r#" {"a": [1, -0.5e+3, "x\"\\\/\b\f\n\r\t\u00e9\ud83d\ude00"], "b": {}} "#, 2),
+            ("[]", 1),
+            ("\"s\"", 0),
+            ("-0", 0),
+            ("123456789012345678901234567890e-999", 0),
+            (r#"[true,false,null,{"k":[[]]}]"#, 4),
+        ];
+        for (text, depth) in yes {
+            assert_eq!(scan(text), Scan::AsSent { depth }, "{text}");
+        }
+        let unsure = [
+            "",
+            " ",
+            "{",
+            "[1,]",
+            r#"{"a":1,}"#,
+            "01",
+            "1.",
+            ".5",
+            "-",
+            "1e",
+            "+1",
+            "tru",
+            "nul",
+            "[1] 2",
+            "\"\u{1f}\"",
+            r#""\ud800""#,
+            r#""\udc00""#,
+            r#""\ud800\u0041""#,
+            r#""\x""#,
+            r#""\u12""#,
+            r#"{"a":1,"a":2}"#,
+            r#"{"\u0061":1}"#,
+            r#"{"$serde_json::private::Number":"1"}"#,
+            r#"{1:2}"#,
+            r#"{"a" 1}"#,
+            "[1 2]",
+            "NaN",
+            "'a'",
+        ];
+        for text in unsure {
+            assert_eq!(scan(text), Scan::Unsure, "{text:?}");
+        }
+        let wide: Vec<String> = (0..100).map(|i| format!("\"k{}\":{i}", i % 99)).collect();
+        assert_eq!(scan(&format!("{{{}}}", wide.join(","))), Scan::Unsure);
+        let distinct: Vec<String> = (0..100).map(|i| format!("\"k{i}\":{i}")).collect();
+        assert_eq!(scan(&format!("{{{}}}", distinct.join(","))), Scan::AsSent { depth: 1 });
+    }
+
+    #[test]
+    fn nesting_past_the_bound_is_too_deep_before_what_follows_is_read() {
+        let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
+        assert_eq!(scan(&deep(MAX_MEMBER_DEPTH)), Scan::AsSent { depth: MAX_MEMBER_DEPTH });
+        assert_eq!(scan(&deep(MAX_MEMBER_DEPTH + 1)), Scan::TooDeep);
+        assert_eq!(scan(&"[".repeat(1_000_000)), Scan::TooDeep);
+        let objects = |n: usize| format!("{}1{}", r#"{"a":"#.repeat(n), "}".repeat(n));
+        assert_eq!(scan(&objects(MAX_MEMBER_DEPTH)), Scan::AsSent { depth: MAX_MEMBER_DEPTH });
+        assert_eq!(scan(&objects(MAX_MEMBER_DEPTH + 1)), Scan::TooDeep);
+    }
+}
