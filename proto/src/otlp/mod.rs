@@ -16,6 +16,7 @@ use opentelemetry_proto::tonic::collector::trace::v1::{
     ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
 };
 use prost::Message;
+use std::collections::HashMap;
 
 use crate::ProjectId;
 use crate::ProtoError;
@@ -89,7 +90,8 @@ pub fn convert(
     header_project: Option<&ProjectId>,
     wb_user_id: Option<&str>,
 ) -> Result<Converted, ProtoError> {
-    let mut out = Converted::default();
+    let spans = req.resource_spans.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len());
+    let mut out = Converted { parts: Vec::with_capacity(spans.sum()), ..Default::default() };
     for rs in &req.resource_spans {
         let project = match (header_project, resource_project(rs.resource.as_ref())) {
             (Some(p), _) => p.clone(),
@@ -115,6 +117,9 @@ pub fn convert(
             resource.as_ref().map_or(0, |r| limits::json_depth(r, limits::MAX_MEMBER_DEPTH));
         let resource =
             serde_json::value::to_raw_value(&resource).expect("JSON values always serialise");
+        // The op ref of each span name, made once (a request holds a few names many times), and
+        // whether the name is among `out.ops` yet.
+        let mut op_refs: HashMap<&str, (String, bool)> = HashMap::new();
         for ss in &rs.scope_spans {
             let shared = span::Shared {
                 resource: resource.clone(),
@@ -125,13 +130,20 @@ pub fn convert(
                 },
             };
             for sp in &ss.spans {
-                let converted = resource_ok
-                    .clone()
-                    .and_then(|()| span::check_keys(sp))
-                    .and_then(|()| span::to_call(&project, sp, &shared, wb_user_id));
+                let converted =
+                    resource_ok.clone().and_then(|()| span::check_keys(sp)).and_then(|()| {
+                        let (op, _) = op_refs
+                            .entry(&sp.name)
+                            .or_insert_with(|| (op::op_ref(&project, &sp.name), false));
+                        span::to_call(&project, sp, op.clone(), &shared, wb_user_id)
+                    });
                 match converted {
                     Ok(part) => {
-                        out.ops.insert((project.clone(), sp.name.clone()));
+                        let listed = &mut op_refs.get_mut(sp.name.as_str()).expect("made above").1;
+                        if !*listed {
+                            out.ops.insert((project.clone(), sp.name.clone()));
+                            *listed = true;
+                        }
                         out.parts.push(part);
                     }
                     Err(reason) => {

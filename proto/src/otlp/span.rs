@@ -15,11 +15,10 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::conventions as conv;
-use super::op::op_ref;
 use super::tree::{Leaf, Node, Tree};
 use super::values::{Attr, index_maps_to_lists, nested, span_attribute};
 use crate::ProjectId;
-use crate::calls::{CallPart, EndPart, StartPart, to_json};
+use crate::calls::{CallPart, EndPart, StartPart, to_json, to_json_sized};
 use crate::limits;
 use crate::time::Micros;
 
@@ -251,16 +250,16 @@ impl Serialize for One<'_> {
 fn inputs(found: Option<&(&str, Leaf)>) -> String {
     match found {
         None => "{}".to_owned(),
-        Some(("input" | "inputs", v)) if v.is_object() => to_json(v),
-        Some((k, v)) => to_json(&One(k, v)),
+        Some(("input" | "inputs", v)) if v.is_object() => to_json_sized(v, v.size_hint()),
+        Some((k, v)) => to_json_sized(&One(k, v), k.len() + 8 + v.size_hint()),
     }
 }
 
 /// The `output` text (the same unwrapping for `output`/`outputs`).
 fn output(found: Option<&(&str, Leaf)>) -> Option<String> {
     found.map(|(k, v)| match *k {
-        "output" | "outputs" => to_json(v),
-        k => to_json(&One(k, v)),
+        "output" | "outputs" => to_json_sized(v, v.size_hint()),
+        k => to_json_sized(&One(k, v), k.len() + 8 + v.size_hint()),
     })
 }
 
@@ -486,10 +485,12 @@ fn member(what: &str, text: String, bounded: bool) -> Result<String, SpanError> 
     Ok(text)
 }
 
-/// Converts one span of `project` into a complete call.
+/// Converts one span of `project` into a complete call of the op `op_name` (its ref, see
+/// [`super::op::op_ref`]).
 pub fn to_call(
     project: &ProjectId,
     span: &Span,
+    op_name: String,
     shared: &Shared,
     wb_user_id: Option<&str>,
 ) -> Result<CallPart, SpanError> {
@@ -641,7 +642,7 @@ pub fn to_call(
         id,
         trace_id: Some(trace_id),
         start: Some(StartPart {
-            op_name: op_ref(project, &span.name),
+            op_name,
             display_name,
             parent_id,
             thread_id,
