@@ -4,19 +4,20 @@
 //! Parsing each member into values only to write the values out again was a fifth of the CPU of
 //! `calls/complete`. A member is instead scanned once without building anything ([`scan`]), and
 //! stored as sent when the scan is sure that it parses into a [`Value`] within the member's
-//! nesting bound and repeats no key in any object. Anything else is parsed into values, which
-//! decide: text they refuse is refused with their reason, text they accept is written out again
-//! from them. That is also how an object that repeats a key (or writes a key with escapes) is
+//! nesting bound and repeats no key in any object. Anything else goes to `serde_json`, which
+//! decides, walking it without building anything ([`exact`]): text it refuses is refused with
+//! its reason, text it accepts is parsed into values and written out again from them. That is also how an object that repeats a key (or writes a key with escapes) is
 //! stored: parsed, it keeps the last value of the key; SQLite's JSON functions would read the
 //! first, so a filter could disagree with the call it returns.
 
+mod exact;
 mod scan;
 
 use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::ProtoError;
-use crate::limits::{self, MAX_MEMBER_DEPTH};
+use crate::limits::MAX_MEMBER_DEPTH;
 
 /// An object member (attributes, inputs, summary): absent or `null` is stored as `{}`.
 pub fn object_text(what: &str, raw: Option<Box<RawValue>>) -> Result<String, ProtoError> {
@@ -32,40 +33,26 @@ pub fn value_text(what: &str, raw: Option<Box<RawValue>>) -> Result<Option<Strin
     raw.map(|raw| member_text(what, raw)).transpose()
 }
 
-/// What [`check`] found a member's text to be.
-enum Checked {
-    /// Stored as it was sent.
-    AsSent,
-    /// Stored as these values write it.
-    Parsed(Value),
-}
-
 fn too_deep(what: &str) -> ProtoError {
     ProtoError::invalid(format!("{what} nests deeper than {MAX_MEMBER_DEPTH} levels"))
 }
 
 /// Refuses text that would not parse into a [`Value`], or nests deeper than
-/// [`MAX_MEMBER_DEPTH`]; says whether the rest is stored as sent.
-fn check(what: &str, text: &str) -> Result<Checked, ProtoError> {
+/// [`MAX_MEMBER_DEPTH`]; `Ok(true)` when it is stored as it is, `Ok(false)` when it must be
+/// written out again from its values. Neither answer builds anything.
+pub fn check_parses(what: &str, text: &str) -> Result<bool, ProtoError> {
     match scan::scan(text) {
-        scan::Scan::AsSent { .. } => Ok(Checked::AsSent),
+        scan::Scan::AsSent { .. } => Ok(true),
         scan::Scan::TooDeep => Err(too_deep(what)),
-        scan::Scan::Unsure => match serde_json::from_str::<Value>(text) {
-            Ok(v) if limits::json_depth(&v, MAX_MEMBER_DEPTH) > MAX_MEMBER_DEPTH => {
-                Err(too_deep(what))
+        // Text that values accept and the scan did not is text with an escaped or repeated key.
+        scan::Scan::Unsure => match exact::check(text) {
+            Ok(()) => Ok(false),
+            Err(exact::Refusal::TooDeep) => Err(too_deep(what)),
+            Err(exact::Refusal::Invalid(e)) => {
+                Err(ProtoError::invalid(format!("{what} is not valid JSON: {e}")))
             }
-            Ok(v) => Ok(Checked::Parsed(v)),
-            // serde_json's own bound (128) lies past the member's.
-            Err(e) if e.to_string().starts_with("recursion limit exceeded") => Err(too_deep(what)),
-            Err(e) => Err(ProtoError::invalid(format!("{what} is not valid JSON: {e}"))),
         },
     }
-}
-
-/// Refuses text that would not parse into a [`Value`], or nests deeper than
-/// [`MAX_MEMBER_DEPTH`]; `Ok(true)` when it is stored as it is.
-pub fn check_parses(what: &str, text: &str) -> Result<bool, ProtoError> {
-    check(what, text).map(|c| matches!(c, Checked::AsSent))
 }
 
 /// The nesting depth of `text` (0 for a scalar) when it can be stored as it is: it parses into a
@@ -79,18 +66,18 @@ pub fn depth_as_sent(text: &str) -> Option<usize> {
 }
 
 fn member_text(what: &str, raw: Box<RawValue>) -> Result<String, ProtoError> {
-    Ok(match check(what, raw.get())? {
-        Checked::AsSent => Box::<str>::from(raw).into_string(),
-        Checked::Parsed(value) => {
-            serde_json::to_string(&value).expect("JSON values always serialise")
-        }
-    })
+    if check_parses(what, raw.get())? {
+        return Ok(Box::<str>::from(raw).into_string());
+    }
+    let value: Value = serde_json::from_str(raw.get())
+        .map_err(|e| ProtoError::invalid(format!("{what} is not valid JSON: {e}")))?;
+    Ok(serde_json::to_string(&value).expect("JSON values always serialise"))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use scan::NUMBER_TOKEN;
+    use exact::NUMBER_TOKEN;
 
     fn raw(text: &str) -> Option<Box<RawValue>> {
         serde_json::from_str(text).unwrap()
@@ -160,8 +147,14 @@ mod tests {
         assert_eq!(serde_json::from_str::<Value>(&key).unwrap(), serde_json::json!(12));
         assert_eq!(value_text("output", raw(&key)).unwrap().as_deref(), Some("12"));
         let bad = format!(r#"{{"{NUMBER_TOKEN}":"x"}}"#);
-        assert!(serde_json::from_str::<Value>(&bad).is_err());
-        assert!(check_parses("x", &bad).is_err());
+        let more = format!(r#"{{"{NUMBER_TOKEN}":"1","b":2}}"#);
+        let escaped = r#"{"$serde_json::private::Number":"1"}"#;
+        for bad in [bad.as_str(), more.as_str()] {
+            assert!(serde_json::from_str::<Value>(bad).is_err(), "{bad}");
+            assert!(check_parses("x", bad).is_err(), "{bad}");
+        }
+        assert_eq!(serde_json::from_str::<Value>(escaped).unwrap(), serde_json::json!(1));
+        assert_eq!(value_text("output", raw(escaped)).unwrap().as_deref(), Some("1"));
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! checked in place, where `serde_json`'s own walk decoded every escaped string into a buffer
 //! (a fifth of a span's conversion). It only has to be right when it says yes: whatever it is
 //! not sure of ([`Scan::Unsure`]: a syntax error, an escaped or repeated key, a surrogate escape
-//! that is not a pair) goes to `serde_json`, which then decides and explains.
+//! that is not a pair) goes to `serde_json`, which then decides and explains ([`super::exact`]).
 
 use crate::limits::MAX_MEMBER_DEPTH;
 
@@ -21,9 +21,8 @@ pub(super) enum Scan {
     Unsure,
 }
 
-/// The key under which `serde_json` (built with `arbitrary_precision`) reads an object of one
-/// member as a number: such an object is not stored as sent.
-pub(super) const NUMBER_TOKEN: &str = "$serde_json::private::Number";
+// An object of this one key is read as a number by values: such an object is not stored as sent.
+use super::exact::NUMBER_TOKEN;
 
 /// The first keys of an object are compared pairwise as they come; an object with more is
 /// sorted at its end, so a wide object costs `n log n`, not `n²`.
@@ -492,6 +491,11 @@ mod tests {
                 text = mutate(&mut r, &text);
             }
             let parsed = serde_json::from_str::<Value>(&text);
+            // And the whole check, scan then serde_json's walk, agrees with values.
+            match (&parsed, super::super::check_parses("x", &text)) {
+                (Ok(_), Ok(_)) | (Err(_), Err(_)) => {}
+                (parsed, verdict) => panic!("{text:?}: values {parsed:?}, check {verdict:?}"),
+            }
             match scan(&text) {
                 Scan::AsSent { depth } => {
                     let v = parsed.unwrap_or_else(|e| panic!("{text:?}: scan yes, values {e}"));
