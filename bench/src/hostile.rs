@@ -81,6 +81,12 @@ fn attacks(project: &str, refs: &[String]) -> Vec<Attack> {
         r#"{{"batch": [{{"mode": "start", "req": {{"start": {{"project_id": "{project}", "op_name": "o", "started_at": "2026-01-01T00:00:00Z", "inputs": {{"a": [{}]}}}}}}}}]}}"#,
         vec!["[]"; 3_000_000].join(",")
     );
+    // 3M numbers, then a string that values refuse (a lone surrogate): refused without
+    // building the numbers first.
+    let refused = format!(
+        r#"{{"batch": [{{"mode": "start", "req": {{"start": {{"project_id": "{project}", "op_name": "o", "started_at": "2026-01-01T00:00:00Z", "inputs": {{"a": [{},"\ud800"]}}}}}}}}]}}"#,
+        vec!["1"; 3_000_000].join(",")
+    );
     // 1 GiB of zeros behind 1 MiB of gzip: inflating stops at the body limit.
     let zeros = gzip(&vec![b' '; 1 << 30]);
     let mut empty_spans = Vec::with_capacity(4 << 20);
@@ -115,6 +121,12 @@ fn attacks(project: &str, refs: &[String]) -> Vec<Attack> {
             path: "/call/upsert_batch".into(),
             headers: json(),
             body: arrays.into(),
+        },
+        Attack {
+            name: "6 MiB of numbers ending in a lone surrogate (3M values)",
+            path: "/call/upsert_batch".into(),
+            headers: json(),
+            body: refused.into(),
         },
         Attack {
             name: "gzip bomb (1 GiB of spaces)",
