@@ -318,14 +318,6 @@ pub(crate) fn to_json<T: Serialize + ?Sized>(v: &T) -> String {
     serde_json::to_string(v).expect("JSON values always serialise")
 }
 
-/// [`to_json`] into a buffer of `capacity` bytes to start with: a text of kilobytes written
-/// into serde_json's 128 bytes was copied at every doubling.
-pub(crate) fn to_json_sized<T: Serialize + ?Sized>(v: &T, capacity: usize) -> String {
-    let mut text = Vec::with_capacity(capacity);
-    serde_json::to_writer(&mut text, v).expect("JSON values always serialise");
-    String::from_utf8(text).expect("serde_json writes UTF-8")
-}
-
 impl StartedCall {
     /// Validates and normalises; generates the id and trace id when absent
     /// (docs/api/calls.md#start-a-call).

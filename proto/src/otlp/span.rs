@@ -18,7 +18,7 @@ use super::conventions as conv;
 use super::tree::{Leaf, Node, Tree};
 use super::values::{Attr, index_maps_to_lists, nested, span_attribute};
 use crate::ProjectId;
-use crate::calls::{CallPart, EndPart, StartPart, to_json, to_json_sized};
+use crate::calls::{CallPart, EndPart, StartPart, to_json};
 use crate::limits;
 use crate::time::Micros;
 
@@ -246,20 +246,43 @@ impl Serialize for One<'_> {
     }
 }
 
+/// `{key: value}` as JSON text. A text kept as sent is copied in as it is, into a string of its
+/// size: serialised, it was written into serde_json's 128 bytes, copied at every doubling, and
+/// then checked for UTF-8 again.
+fn one(key: &str, v: &Leaf) -> String {
+    let Leaf::Text(t) = v else { return to_json(&One(key, v)) };
+    let key = to_json(key);
+    let mut out = String::with_capacity(key.len() + t.text().len() + 3);
+    out.push('{');
+    out.push_str(&key);
+    out.push(':');
+    out.push_str(t.text());
+    out.push('}');
+    out
+}
+
+/// A leaf as JSON text; a text kept as sent is copied as it is.
+fn whole(v: &Leaf) -> String {
+    match v {
+        Leaf::Text(t) => t.text().to_owned(),
+        Leaf::Value(_) => to_json(v),
+    }
+}
+
 /// The `inputs` text: `{key: value}`; a single generic `input`/`inputs` object is unwrapped.
 fn inputs(found: Option<&(&str, Leaf)>) -> String {
     match found {
         None => "{}".to_owned(),
-        Some(("input" | "inputs", v)) if v.is_object() => to_json_sized(v, v.size_hint()),
-        Some((k, v)) => to_json_sized(&One(k, v), k.len() + 8 + v.size_hint()),
+        Some(("input" | "inputs", v)) if v.is_object() => whole(v),
+        Some((k, v)) => one(k, v),
     }
 }
 
 /// The `output` text (the same unwrapping for `output`/`outputs`).
 fn output(found: Option<&(&str, Leaf)>) -> Option<String> {
     found.map(|(k, v)| match *k {
-        "output" | "outputs" => to_json_sized(v, v.size_hint()),
-        k => to_json_sized(&One(k, v), k.len() + 8 + v.size_hint()),
+        "output" | "outputs" => whole(v),
+        k => one(k, v),
     })
 }
 

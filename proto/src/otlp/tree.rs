@@ -50,14 +50,6 @@ impl<'v> Leaf<'v> {
         }
     }
 
-    /// About how long its JSON text is: exact for a text kept as sent, a guess otherwise.
-    pub fn size_hint(&self) -> usize {
-        match self {
-            Leaf::Text(t) => t.text().len(),
-            Leaf::Value(v) => v.as_str().map_or(64, |s| s.len() + 16),
-        }
-    }
-
     /// The decoded value (a text is parsed on first use).
     pub fn value(&self) -> &Value {
         match self {
