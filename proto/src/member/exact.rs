@@ -5,6 +5,8 @@
 //! megabytes of numbers) only to throw it away.
 
 use serde::de::{DeserializeSeed, Error as _, IgnoredAny, MapAccess, SeqAccess, Visitor};
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::fmt;
 
 use crate::limits::MAX_MEMBER_DEPTH;
@@ -21,19 +23,32 @@ pub(super) const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
 /// Whether `text` parses into values within [`MAX_MEMBER_DEPTH`].
 pub(super) fn check(text: &str) -> Result<(), Refusal> {
-    let mut walk = Walk { depth: 0 };
+    run(text, false).map(|_| ())
+}
+
+/// Whether some object in `text` repeats a key (compared as values read keys, escapes
+/// decoded); `None` when values refuse the text. Text stored as sent never does: tests and the
+/// fuzz target check that with this.
+pub fn repeats_a_key(text: &str) -> Option<bool> {
+    run(text, true).ok()
+}
+
+fn run(text: &str, track_keys: bool) -> Result<bool, Refusal> {
+    let mut walk = Walk { depth: 0, track_keys, repeated: false };
     let mut de = serde_json::Deserializer::from_str(text);
     match (&mut walk).deserialize(&mut de).and_then(|()| de.end()) {
-        Ok(()) => Ok(()),
+        Ok(()) => Ok(walk.repeated),
         Err(_) if walk.depth > MAX_MEMBER_DEPTH => Err(Refusal::TooDeep),
         Err(e) => Err(Refusal::Invalid(e)),
     }
 }
 
-/// The objects and arrays open; past [`MAX_MEMBER_DEPTH`] the walk stops with `depth` left
-/// above it.
+/// The objects and arrays open (past [`MAX_MEMBER_DEPTH`] the walk stops with `depth` left
+/// above it), and, when keys are tracked, whether an object repeated one.
 struct Walk {
     depth: usize,
+    track_keys: bool,
+    repeated: bool,
 }
 
 impl Walk {
@@ -89,7 +104,8 @@ impl<'de> Visitor<'de> for &mut Walk {
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
         let mut first = true;
-        while let Some(key) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+        let mut keys = HashSet::new();
+        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
             if first && key == NUMBER_TOKEN {
                 // A number as serde_json hands one over, or an object written with that key,
                 // which values read as a number too: not a level of nesting either way.
@@ -103,6 +119,9 @@ impl<'de> Visitor<'de> for &mut Walk {
             if first {
                 self.enter()?;
                 first = false;
+            }
+            if self.track_keys && !keys.insert(key) {
+                self.repeated = true;
             }
             map.next_value_seed(&mut *self)?;
         }

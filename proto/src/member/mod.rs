@@ -13,6 +13,8 @@
 mod exact;
 mod scan;
 
+pub use exact::repeats_a_key;
+
 use serde_json::Value;
 use serde_json::value::RawValue;
 

@@ -423,58 +423,6 @@ mod tests {
         chars.into_iter().collect()
     }
 
-    /// Whether some object in `text` (which parses) repeats a key, read as values read keys.
-    fn repeats_a_key_anywhere(text: &str) -> bool {
-        use serde::de::{DeserializeSeed, MapAccess, SeqAccess, Visitor};
-        struct Check(bool);
-        impl<'de> Visitor<'de> for &mut Check {
-            type Value = ();
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("JSON")
-            }
-            fn visit_bool<E>(self, _: bool) -> Result<(), E> {
-                Ok(())
-            }
-            fn visit_i64<E>(self, _: i64) -> Result<(), E> {
-                Ok(())
-            }
-            fn visit_u64<E>(self, _: u64) -> Result<(), E> {
-                Ok(())
-            }
-            fn visit_f64<E>(self, _: f64) -> Result<(), E> {
-                Ok(())
-            }
-            fn visit_str<E>(self, _: &str) -> Result<(), E> {
-                Ok(())
-            }
-            fn visit_unit<E>(self) -> Result<(), E> {
-                Ok(())
-            }
-            fn visit_seq<A: SeqAccess<'de>>(self, mut s: A) -> Result<(), A::Error> {
-                while s.next_element_seed(&mut *self)?.is_some() {}
-                Ok(())
-            }
-            fn visit_map<A: MapAccess<'de>>(self, mut m: A) -> Result<(), A::Error> {
-                let mut keys = std::collections::HashSet::new();
-                while let Some(k) = m.next_key::<String>()? {
-                    self.0 |= !keys.insert(k);
-                    m.next_value_seed(&mut *self)?;
-                }
-                Ok(())
-            }
-        }
-        impl<'de> DeserializeSeed<'de> for &mut Check {
-            type Value = ();
-            fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-                d.deserialize_any(self)
-            }
-        }
-        let mut check = Check(false);
-        let mut de = serde_json::Deserializer::from_str(text);
-        check.deserialize(&mut de).expect("parses");
-        check.0
-    }
-
     /// What the scan says must agree with parsing into values: yes only for text that parses,
     /// at the depth it says, repeating no key; too deep only for text that does not parse
     /// within the bound. Generated texts, valid and damaged; the counts show every answer is
@@ -500,7 +448,7 @@ mod tests {
                 Scan::AsSent { depth } => {
                     let v = parsed.unwrap_or_else(|e| panic!("{text:?}: scan yes, values {e}"));
                     assert_eq!(depth, json_depth(&v, MAX_MEMBER_DEPTH), "{text:?}");
-                    assert!(!repeats_a_key_anywhere(&text), "{text:?}");
+                    assert_eq!(super::super::repeats_a_key(&text), Some(false), "{text:?}");
                     as_sent += 1;
                 }
                 Scan::TooDeep => panic!("{text:?}: too deep"),
