@@ -98,42 +98,40 @@ fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
     let mut counts = Counts::default();
     // (message type, bytes left of it), innermost last; the body itself is the outermost.
     let mut stack: Vec<(Msg, &[u8])> = vec![(root, body)];
-    while let Some((msg, mut buf)) = stack.pop() {
-        if buf.is_empty() {
-            continue;
-        }
-        let (tag, wire) = decode_key(&mut buf).map_err(malformed)?;
-        let nested = match wire {
-            WireType::Varint => {
-                decode_varint(&mut buf).map_err(malformed)?;
-                None
-            }
-            WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
-                let n = if wire == WireType::SixtyFourBit { 8 } else { 4 };
-                if buf.remaining() < n {
-                    return Err(malformed("buffer underflow"));
+    'messages: while let Some((msg, mut buf)) = stack.pop() {
+        // The fields of `msg`, up to its first nested message of interest.
+        while !buf.is_empty() {
+            let (tag, wire) = decode_key(&mut buf).map_err(malformed)?;
+            let (m, field) = match wire {
+                WireType::Varint => {
+                    decode_varint(&mut buf).map_err(malformed)?;
+                    continue;
                 }
-                buf.advance(n);
-                None
-            }
-            WireType::LengthDelimited => {
-                let len = decode_varint(&mut buf).map_err(malformed)?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|l| *l <= buf.len())
-                    .ok_or_else(|| malformed("buffer underflow"))?;
-                let (field, rest) = buf.split_at(len);
-                buf = rest;
-                child(msg, tag).map(|m| (m, field))
-            }
-            WireType::StartGroup | WireType::EndGroup => {
-                return Err(malformed("groups are not part of OTLP"));
-            }
-        };
-        // The rest of this message first (pushed below its child, so the child is walked
-        // next: the stack holds at most one entry per level).
-        stack.push((msg, buf));
-        if let Some((m, field)) = nested {
+                WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
+                    let n = if wire == WireType::SixtyFourBit { 8 } else { 4 };
+                    if buf.remaining() < n {
+                        return Err(malformed("buffer underflow"));
+                    }
+                    buf.advance(n);
+                    continue;
+                }
+                WireType::LengthDelimited => {
+                    let len = decode_varint(&mut buf).map_err(malformed)?;
+                    let len = usize::try_from(len)
+                        .ok()
+                        .filter(|l| *l <= buf.len())
+                        .ok_or_else(|| malformed("buffer underflow"))?;
+                    let (field, rest) = buf.split_at(len);
+                    buf = rest;
+                    match child(msg, tag) {
+                        Some(m) => (m, field),
+                        None => continue,
+                    }
+                }
+                WireType::StartGroup | WireType::EndGroup => {
+                    return Err(malformed("groups are not part of OTLP"));
+                }
+            };
             match m {
                 Msg::Span => counts.spans += 1,
                 Msg::LogRecord => counts.log_records += 1,
@@ -157,11 +155,16 @@ fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
                      links and values together: send fewer {items} per request"
                 )));
             }
-            if stack.len() > MAX_NESTING {
+            // The open messages, this one's rest included.
+            if stack.len() + 1 > MAX_NESTING {
                 return Err(malformed("nesting is deeper than 100 levels"));
             }
             if m != Msg::Leaf {
+                // The rest of this message waits below its child, which is walked next: the
+                // stack holds at most one entry per level.
+                stack.push((msg, buf));
                 stack.push((m, field));
+                continue 'messages;
             }
         }
     }
@@ -193,6 +196,35 @@ mod tests {
             }],
         }
         .encode_to_vec()
+    }
+
+    /// A span whose one attribute nests `levels` lists.
+    fn nested_span(levels: usize) -> Span {
+        let mut value = any_value::Value::IntValue(1);
+        for _ in 0..levels {
+            value = any_value::Value::ArrayValue(ArrayValue {
+                values: vec![AnyValue { value: Some(value) }],
+            });
+        }
+        Span { name: "s".into(), attributes: vec![kv("deep", value)], ..Default::default() }
+    }
+
+    #[test]
+    fn nesting_past_prosts_limit_is_refused_as_prost_would() {
+        // Around prost's limit the walk refuses exactly what prost would.
+        for levels in 40..56 {
+            let body = request(vec![nested_span(levels)]);
+            let prost = ExportTraceServiceRequest::decode(&body[..]);
+            match count(&body) {
+                Ok(_) => assert!(prost.is_ok(), "{levels}"),
+                Err(e) => {
+                    assert!(e.to_string().contains("nesting is deeper than 100 levels"), "{e}");
+                    assert!(prost.is_err(), "{levels}");
+                }
+            }
+        }
+        assert!(count(&request(vec![nested_span(46)])).is_ok());
+        assert!(count(&request(vec![nested_span(48)])).is_err());
     }
 
     #[test]
