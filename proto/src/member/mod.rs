@@ -6,9 +6,10 @@
 //! stored as sent when the scan is sure that it parses into a [`Value`] within the member's
 //! nesting bound and repeats no key in any object. Anything else goes to `serde_json`, which
 //! decides, walking it without building anything ([`exact`]): text it refuses is refused with
-//! its reason, text it accepts is parsed into values and written out again from them. That is also how an object that repeats a key (or writes a key with escapes) is
-//! stored: parsed, it keeps the last value of the key; SQLite's JSON functions would read the
-//! first, so a filter could disagree with the call it returns.
+//! its reason, text it accepts is parsed into values and written out again from them. That is
+//! also how an object that repeats a key (or writes a key with escapes) is stored: parsed, it
+//! keeps the last value of the key; SQLite's JSON functions would read the first, so a filter
+//! could disagree with the call it returns.
 
 mod exact;
 mod scan;
@@ -46,7 +47,7 @@ pub fn check_parses(what: &str, text: &str) -> Result<bool, ProtoError> {
     match scan::scan(text) {
         scan::Scan::AsSent { .. } => Ok(true),
         scan::Scan::TooDeep => Err(too_deep(what)),
-        // Text that values accept and the scan did not is text with an escaped or repeated key.
+        // Text that values accept and the scan did not has an escaped, repeated or number key.
         scan::Scan::Unsure => match exact::check(text) {
             Ok(()) => Ok(false),
             Err(exact::Refusal::TooDeep) => Err(too_deep(what)),
