@@ -302,8 +302,6 @@ pub fn pend_all(conn: &Connection) -> rusqlite::Result<()> {
 /// at most 64 rows meanwhile.
 const PENDING: &str = "SELECT block FROM calls_text_pending WHERE ?2 OR block < \
      coalesce((SELECT max(rowid) FROM calls) >> 6, 0) ORDER BY block LIMIT ?1";
-const PENDING_UP_TO: &str = "SELECT count(*) FROM (SELECT 1 FROM calls_text_pending WHERE \
-     block < coalesce((SELECT max(rowid) FROM calls) >> 6, 0) LIMIT ?1)";
 const BLOCK_BYTES: &str = "SELECT coalesce(sum(octet_length(inputs)), 0) + \
      coalesce(sum(octet_length(output)), 0) FROM calls WHERE rowid BETWEEN ?1 AND ?2";
 const BLOCK_ROWS: &str = "SELECT inputs, output FROM calls WHERE rowid BETWEEN ?1 AND ?2";
@@ -318,6 +316,11 @@ pub(crate) struct Builder {
     words: String,
 }
 
+/// At most `limit` pending blocks, lowest first; the newest block among them only if `newest`.
+fn pending_blocks(conn: &Connection, limit: i64, newest: bool) -> rusqlite::Result<Vec<i64>> {
+    conn.prepare_cached(PENDING)?.query_map(params![limit, newest], |r| r.get(0))?.collect()
+}
+
 /// Rebuilds pending blocks, lowest first, inside the caller's transaction, until it has read
 /// [`STEP_CHARS`] characters; returns how many it rebuilt (0: none is left, or only the newest
 /// block when `newest` is false).
@@ -326,10 +329,7 @@ pub(crate) fn index_step(
     b: &mut Builder,
     newest: bool,
 ) -> rusqlite::Result<usize> {
-    let blocks: Vec<i64> = conn
-        .prepare_cached(PENDING)?
-        .query_map(params![STEP_BLOCKS as i64, newest], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
+    let blocks = pending_blocks(conn, STEP_BLOCKS as i64, newest)?;
     let mut bytes = conn.prepare_cached(BLOCK_BYTES)?;
     let mut rows = conn.prepare_cached(BLOCK_ROWS)?;
     let mut delete = conn.prepare_cached(DELETE_ENTRY)?;
@@ -343,26 +343,14 @@ pub(crate) fn index_step(
         b.grams.clear();
         let range = params![block << BLOCK_SHIFT, ((block + 1) << BLOCK_SHIFT) - 1];
         let size: i64 = bytes.query_row(range, |r| r.get(0))?;
-        b.grams.matches_all = size > MAX_BLOCK_BYTES;
-        let mut found = rows.query(range)?;
-        let mut any_row = false;
-        while let Some(row) = found.next()? {
-            any_row = true;
-            if b.grams.matches_all {
-                break;
-            }
-            for col in 0..2 {
-                match row.get_ref(col)? {
-                    ValueRef::Null => {}
-                    ValueRef::Text(t) => match std::str::from_utf8(t) {
-                        Ok(text) => b.grams.add_json(text),
-                        Err(_) => b.grams.matches_all = true,
-                    },
-                    // Members are stored as text; anything else is listed as matching all.
-                    _ => b.grams.matches_all = true,
-                }
-            }
-        }
+        // An oversized block is not read at all (stepping to its first row would load that
+        // row's members); its size says it has rows.
+        let any_row = if size > MAX_BLOCK_BYTES {
+            b.grams.matches_all = true;
+            true
+        } else {
+            add_rows(&mut rows, range, &mut b.grams)?
+        };
         chars += b.grams.chars;
         delete.execute([block])?;
         if any_row {
@@ -373,6 +361,31 @@ pub(crate) fn index_step(
         rebuilt += 1;
     }
     Ok(rebuilt)
+}
+
+/// Adds the members of the rows `rows` finds in `range` to `grams`; whether it found any.
+fn add_rows(
+    rows: &mut rusqlite::CachedStatement,
+    range: impl rusqlite::Params,
+    grams: &mut Trigrams,
+) -> rusqlite::Result<bool> {
+    let mut found = rows.query(range)?;
+    let mut any_row = false;
+    while let Some(row) = found.next()? {
+        any_row = true;
+        for col in 0..2 {
+            match row.get_ref(col)? {
+                ValueRef::Null => {}
+                ValueRef::Text(t) => match std::str::from_utf8(t) {
+                    Ok(text) => grams.add_json(text),
+                    Err(_) => grams.matches_all = true,
+                },
+                // Members are stored as text; anything else is listed as matching all.
+                _ => grams.matches_all = true,
+            }
+        }
+    }
+    Ok(any_row)
 }
 
 /// Rebuilds every pending block in one transaction; returns how many it rebuilt. For tests and
@@ -410,9 +423,7 @@ pub(crate) fn idle_work() -> impl FnMut(&mut Connection, Pause) -> Idle + Send {
     move |conn, pause| {
         let mut step = || -> rusqlite::Result<Idle> {
             if pause == Pause::Brief {
-                let pending: i64 = conn
-                    .prepare_cached(PENDING_UP_TO)?
-                    .query_row([FULL_STEP_BLOCKS], |r| r.get(0))?;
+                let pending = pending_blocks(conn, FULL_STEP_BLOCKS, false)?.len() as i64;
                 if pending < FULL_STEP_BLOCKS {
                     return Ok(if pending == 0 { Idle::Done } else { Idle::AtPause });
                 }
