@@ -103,31 +103,25 @@ impl<'de> Visitor<'de> for &mut Walk {
     }
 
     fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<(), A::Error> {
-        let mut first = true;
+        let mut next = map.next_key::<Cow<'de, str>>()?;
+        if next.as_deref() == Some(NUMBER_TOKEN) {
+            // A number as serde_json hands one over, or an object written with that first key,
+            // which values read as a number too: not a level of nesting either way.
+            let digits: String = map.next_value()?;
+            digits.parse::<serde_json::Number>().map_err(A::Error::custom)?;
+            return match map.next_key::<IgnoredAny>()? {
+                None => Ok(()),
+                Some(_) => Err(A::Error::custom("a number object with more than one key")),
+            };
+        }
+        self.enter()?;
         let mut keys = HashSet::new();
-        while let Some(key) = map.next_key::<Cow<'de, str>>()? {
-            if first && key == NUMBER_TOKEN {
-                // A number as serde_json hands one over, or an object written with that key,
-                // which values read as a number too: not a level of nesting either way.
-                let digits: String = map.next_value()?;
-                digits.parse::<serde_json::Number>().map_err(A::Error::custom)?;
-                return match map.next_key::<IgnoredAny>()? {
-                    None => Ok(()),
-                    Some(_) => Err(A::Error::custom("a number object with more than one key")),
-                };
-            }
-            if first {
-                self.enter()?;
-                first = false;
-            }
+        while let Some(key) = next {
             if self.track_keys && !keys.insert(key) {
                 self.repeated = true;
             }
             map.next_value_seed(&mut *self)?;
-        }
-        if first {
-            // `{}`: a level all the same.
-            self.enter()?;
+            next = map.next_key()?;
         }
         self.depth -= 1;
         Ok(())

@@ -45,10 +45,10 @@ fn too_deep(what: &str) -> ProtoError {
 /// written out again from its values. Neither answer builds anything.
 pub fn check_parses(what: &str, text: &str) -> Result<bool, ProtoError> {
     match scan::scan(text) {
-        scan::Scan::AsSent { .. } => Ok(true),
-        scan::Scan::TooDeep => Err(too_deep(what)),
+        Ok(_) => Ok(true),
+        Err(scan::Stop::TooDeep) => Err(too_deep(what)),
         // Text that values accept and the scan did not has an escaped, repeated or number key.
-        scan::Scan::Unsure => match exact::check(text) {
+        Err(scan::Stop::Unsure) => match exact::check(text) {
             Ok(()) => Ok(false),
             Err(exact::Refusal::TooDeep) => Err(too_deep(what)),
             Err(exact::Refusal::Invalid(e)) => {
@@ -62,10 +62,7 @@ pub fn check_parses(what: &str, text: &str) -> Result<bool, ProtoError> {
 /// [`Value`] within [`MAX_MEMBER_DEPTH`] and repeats no key. `None` when it would not parse or
 /// must be rewritten, which the caller then does through values.
 pub fn depth_as_sent(text: &str) -> Option<usize> {
-    match scan::scan(text) {
-        scan::Scan::AsSent { depth } => Some(depth),
-        _ => None,
-    }
+    scan::scan(text).ok()
 }
 
 fn member_text(what: &str, raw: Box<RawValue>) -> Result<String, ProtoError> {

@@ -5,21 +5,10 @@
 //! It builds nothing and copies nothing: strings are skipped a run at a time and their escapes
 //! checked in place, where `serde_json`'s own walk decoded every escaped string into a buffer
 //! (a fifth of a span's conversion). It only has to be right when it says yes: whatever it is
-//! not sure of ([`Scan::Unsure`]: a syntax error, an escaped or repeated key, a surrogate escape
+//! not sure of ([`Stop::Unsure`]: a syntax error, an escaped or repeated key, a surrogate escape
 //! that is not a pair) goes to `serde_json`, which then decides and explains ([`super::exact`]).
 
 use crate::limits::MAX_MEMBER_DEPTH;
-
-/// What the pass found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Scan {
-    /// Storable as sent; `depth` as [`crate::limits::json_depth`] counts it.
-    AsSent { depth: usize },
-    /// Nested past [`MAX_MEMBER_DEPTH`] before anything else went wrong.
-    TooDeep,
-    /// Anything else: `serde_json` decides.
-    Unsure,
-}
 
 // An object of this one key is read as a number by values: such an object is not stored as sent.
 use super::exact::NUMBER_TOKEN;
@@ -40,13 +29,16 @@ struct Scanner<'t> {
     at: usize,
 }
 
-/// Why the pass stopped early.
-enum Stop {
+/// Why a text is not stored as sent, as far as the pass can tell.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Stop {
+    /// Nested past [`MAX_MEMBER_DEPTH`] before anything else went wrong.
     TooDeep,
+    /// Anything else: `serde_json` decides.
     Unsure,
 }
 
-type Step<T = ()> = Result<T, Stop>;
+pub(super) type Step<T = ()> = Result<T, Stop>;
 
 impl<'t> Scanner<'t> {
     fn peek(&self) -> Option<u8> {
@@ -231,20 +223,12 @@ fn repeats_a_key(keys: &mut [&[u8]]) -> bool {
     keys.windows(2).any(|w| w[0] == w[1])
 }
 
-/// Scans `text` (see the module's comment).
-pub(super) fn scan(text: &str) -> Scan {
-    let mut s = Scanner { text: text.as_bytes(), at: 0 };
-    match walk(&mut s) {
-        Ok(depth) => Scan::AsSent { depth },
-        Err(Stop::TooDeep) => Scan::TooDeep,
-        Err(Stop::Unsure) => Scan::Unsure,
-    }
-}
-
-/// The deepest nesting of the one value `s` holds, walked without recursion.
-fn walk<'t>(s: &mut Scanner<'t>) -> Step<usize> {
+/// Scans `text` (see the module's comment), without recursion: when it is stored as sent, its
+/// depth as [`crate::limits::json_depth`] counts it.
+pub(super) fn scan(text: &str) -> Step<usize> {
+    let s = &mut Scanner { text: text.as_bytes(), at: 0 };
     let mut open: Vec<Open> = Vec::new();
-    let mut keys: Vec<&'t [u8]> = Vec::new();
+    let mut keys: Vec<&[u8]> = Vec::new();
     let mut deepest = 0;
     'value: loop {
         // A value is due.
@@ -318,15 +302,17 @@ mod tests {
 
     use crate::limits::json_depth;
 
-    /// A small deterministic generator (xorshift), so that a failure reproduces.
-    struct Rng(u64);
+    use fastrand::Rng;
 
-    impl Rng {
+    /// Draws from a seeded generator, so that a failure reproduces.
+    trait Draw {
+        fn below(&mut self, n: usize) -> usize;
+        fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str;
+    }
+
+    impl Draw for Rng {
         fn below(&mut self, n: usize) -> usize {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            (self.0 % n as u64) as usize
+            self.usize(..n)
         }
 
         fn pick<'a>(&mut self, from: &[&'a str]) -> &'a str {
@@ -429,7 +415,7 @@ mod tests {
     /// reached often.
     #[test]
     fn scan_agrees_with_parsing_into_values() {
-        let mut r = Rng(0x9E37_79B9_7F4A_7C15);
+        let mut r = Rng::with_seed(0x9E37_79B9_7F4A_7C15);
         let (mut as_sent, mut unsure_but_valid, mut refused) = (0, 0, 0);
         for n in 0..60_000 {
             let mut text = String::new();
@@ -445,15 +431,15 @@ mod tests {
                 (parsed, verdict) => panic!("{text:?}: values {parsed:?}, check {verdict:?}"),
             }
             match scan(&text) {
-                Scan::AsSent { depth } => {
+                Ok(depth) => {
                     let v = parsed.unwrap_or_else(|e| panic!("{text:?}: scan yes, values {e}"));
                     assert_eq!(depth, json_depth(&v, MAX_MEMBER_DEPTH), "{text:?}");
                     assert_eq!(super::super::repeats_a_key(&text), Some(false), "{text:?}");
                     as_sent += 1;
                 }
-                Scan::TooDeep => panic!("{text:?}: too deep"),
-                Scan::Unsure if parsed.is_ok() => unsure_but_valid += 1,
-                Scan::Unsure => refused += 1,
+                Err(Stop::TooDeep) => panic!("{text:?}: too deep"),
+                Err(Stop::Unsure) if parsed.is_ok() => unsure_but_valid += 1,
+                Err(Stop::Unsure) => refused += 1,
             }
         }
         assert!(
@@ -464,7 +450,7 @@ mod tests {
 
     #[test]
     fn special_finds_the_first_byte_that_ends_string_text() {
-        let mut r = Rng(7);
+        let mut r = Rng::with_seed(7);
         let alphabet = b"ab\x00\x1f \x7f\x80\xff\"\\\x20\x21";
         for _ in 0..20_000 {
             let len = r.below(40);
@@ -487,7 +473,7 @@ mod tests {
             (r#"[true,false,null,{"k":[[]]}]"#, 4),
         ];
         for (text, depth) in yes {
-            assert_eq!(scan(text), Scan::AsSent { depth }, "{text}");
+            assert_eq!(scan(text), Ok(depth), "{text}");
         }
         let unsure = [
             "",
@@ -520,22 +506,22 @@ mod tests {
             "'a'",
         ];
         for text in unsure {
-            assert_eq!(scan(text), Scan::Unsure, "{text:?}");
+            assert_eq!(scan(text), Err(Stop::Unsure), "{text:?}");
         }
         let wide: Vec<String> = (0..100).map(|i| format!("\"k{}\":{i}", i % 99)).collect();
-        assert_eq!(scan(&format!("{{{}}}", wide.join(","))), Scan::Unsure);
+        assert_eq!(scan(&format!("{{{}}}", wide.join(","))), Err(Stop::Unsure));
         let distinct: Vec<String> = (0..100).map(|i| format!("\"k{i}\":{i}")).collect();
-        assert_eq!(scan(&format!("{{{}}}", distinct.join(","))), Scan::AsSent { depth: 1 });
+        assert_eq!(scan(&format!("{{{}}}", distinct.join(","))), Ok(1));
     }
 
     #[test]
     fn nesting_past_the_bound_is_too_deep_before_what_follows_is_read() {
         let deep = |n: usize| format!("{}{}", "[".repeat(n), "]".repeat(n));
-        assert_eq!(scan(&deep(MAX_MEMBER_DEPTH)), Scan::AsSent { depth: MAX_MEMBER_DEPTH });
-        assert_eq!(scan(&deep(MAX_MEMBER_DEPTH + 1)), Scan::TooDeep);
-        assert_eq!(scan(&"[".repeat(1_000_000)), Scan::TooDeep);
+        assert_eq!(scan(&deep(MAX_MEMBER_DEPTH)), Ok(MAX_MEMBER_DEPTH));
+        assert_eq!(scan(&deep(MAX_MEMBER_DEPTH + 1)), Err(Stop::TooDeep));
+        assert_eq!(scan(&"[".repeat(1_000_000)), Err(Stop::TooDeep));
         let objects = |n: usize| format!("{}1{}", r#"{"a":"#.repeat(n), "}".repeat(n));
-        assert_eq!(scan(&objects(MAX_MEMBER_DEPTH)), Scan::AsSent { depth: MAX_MEMBER_DEPTH });
-        assert_eq!(scan(&objects(MAX_MEMBER_DEPTH + 1)), Scan::TooDeep);
+        assert_eq!(scan(&objects(MAX_MEMBER_DEPTH)), Ok(MAX_MEMBER_DEPTH));
+        assert_eq!(scan(&objects(MAX_MEMBER_DEPTH + 1)), Err(Stop::TooDeep));
     }
 }

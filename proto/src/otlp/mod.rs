@@ -130,16 +130,15 @@ pub fn convert(
                 },
             };
             for sp in &ss.spans {
-                let converted =
-                    resource_ok.clone().and_then(|()| span::check_keys(sp)).and_then(|()| {
-                        let (op, _) = op_refs
-                            .entry(&sp.name)
-                            .or_insert_with(|| (op::op_ref(&project, &sp.name), false));
-                        span::to_call(&project, sp, op.clone(), &shared, wb_user_id)
-                    });
+                let (op, listed) = op_refs
+                    .entry(&sp.name)
+                    .or_insert_with(|| (op::op_ref(&project, &sp.name), false));
+                let converted = resource_ok
+                    .clone()
+                    .and_then(|()| span::check_keys(sp))
+                    .and_then(|()| span::to_call(&project, sp, op.clone(), &shared, wb_user_id));
                 match converted {
                     Ok(part) => {
-                        let listed = &mut op_refs.get_mut(sp.name.as_str()).expect("made above").1;
                         if !*listed {
                             out.ops.insert((project.clone(), sp.name.clone()));
                             *listed = true;

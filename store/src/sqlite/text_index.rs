@@ -543,13 +543,8 @@ mod tests {
             'a', 'b', 'K', 'k', 'i', 'I', ' ', '"', '\\', '/', '\n', '\u{1}', 'é', 'É', 'ß', 'Σ',
             'ς', '\u{130}', '\u{212A}', '\u{307}', '😀', '1', '.',
         ];
-        let mut state = 7u64;
-        let mut next = |n: usize| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            (state >> 33) as usize % n
-        };
+        let mut rng = fastrand::Rng::with_seed(7);
+        let mut next = |n: usize| rng.usize(..n);
         for _ in 0..300 {
             let value: Vec<char> =
                 (0..1 + next(24)).map(|_| ALPHABET[next(ALPHABET.len())]).collect();
