@@ -313,11 +313,6 @@ fn check_opt_id(what: &str, id: &Option<String>) -> Result<(), ProtoError> {
     id.as_deref().map_or(Ok(()), |id| check_id(what, id))
 }
 
-/// A value as JSON text (JSON members are stored as text).
-pub(crate) fn to_json<T: Serialize + ?Sized>(v: &T) -> String {
-    serde_json::to_string(v).expect("JSON values always serialise")
-}
-
 impl StartedCall {
     /// Validates and normalises; generates the id and trace id when absent
     /// (docs/api/calls.md#start-a-call).

@@ -13,6 +13,7 @@
 
 mod exact;
 mod scan;
+pub mod write;
 
 pub use exact::repeats_a_key;
 

@@ -190,7 +190,7 @@ impl<'t> Scanner<'t> {
 /// Where the first byte that ends a run of string text is: a quote, a backslash or a control
 /// character. Eight bytes at a time (SWAR): most of a member's bytes are string text, and its
 /// runs between escapes are short (a newline every line), too short for `memchr`'s setup.
-fn special(bytes: &[u8]) -> Option<usize> {
+pub(super) fn special(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     // A byte of `x` is zero (resp. below 0x20): its high bit is set in the result. Borrows can

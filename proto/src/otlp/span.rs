@@ -9,8 +9,6 @@ use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use opentelemetry_proto::tonic::trace::v1::{Span, Status};
-use serde::Serialize;
-use serde::ser::{SerializeMap, Serializer};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
@@ -18,15 +16,24 @@ use super::conventions as conv;
 use super::tree::{Leaf, Node, Tree};
 use super::values::{Attr, index_maps_to_lists, nested, span_attribute};
 use crate::ProjectId;
-use crate::calls::{CallPart, EndPart, StartPart, to_json};
+use crate::calls::{CallPart, EndPart, StartPart};
 use crate::limits;
+use crate::member::write::{Emit, Object, Raw, to_text};
 use crate::time::Micros;
 
 /// The span's scope (instrumentation library), kept in `otel_dump`.
-#[derive(Serialize)]
 pub struct Scope<'a> {
     pub name: &'a str,
     pub version: &'a str,
+}
+
+impl Emit for Scope<'_> {
+    fn emit(&self, out: &mut String) {
+        let mut obj = Object::open(out);
+        obj.member("name", self.name);
+        obj.member("version", self.version);
+        obj.close();
+    }
 }
 
 /// Why a span was rejected (counted in `partial_success`).
@@ -235,38 +242,37 @@ fn as_int(v: &Value) -> Option<i64> {
     }
 }
 
-/// An object of one member, written without building it.
-struct One<'a>(&'a str, &'a Leaf<'a>);
-
-impl Serialize for One<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(1))?;
-        map.serialize_entry(self.0, self.1)?;
-        map.end()
-    }
-}
-
 /// `{key: value}` as JSON text. A text kept as sent is copied in as it is, into a string of its
-/// size: serialised, it was written into serde_json's 128 bytes, copied at every doubling, and
-/// then checked for UTF-8 again.
+/// size.
 fn one(key: &str, v: &Leaf) -> String {
-    let Leaf::Text(t) = v else { return to_json(&One(key, v)) };
-    let key = to_json(key);
-    let mut out = String::with_capacity(key.len() + t.text().len() + 3);
-    out.push('{');
-    out.push_str(&key);
-    out.push(':');
-    out.push_str(t.text());
-    out.push('}');
+    let mut out = String::with_capacity(key.len() + leaf_size(v) + 5);
+    let mut obj = Object::open(&mut out);
+    obj.member(key, v);
+    obj.close();
     out
 }
 
 /// A leaf as JSON text; a text kept as sent is copied as it is.
 fn whole(v: &Leaf) -> String {
+    to_text(v, leaf_size(v))
+}
+
+/// About how long a leaf's JSON text is, to size the string it is written into: a text kept as
+/// sent exactly, a string nearly, anything else guessed.
+fn leaf_size(v: &Leaf) -> usize {
     match v {
-        Leaf::Text(t) => t.text().to_owned(),
-        Leaf::Value(_) => to_json(v),
+        Leaf::Text(t) => t.text().len(),
+        Leaf::Value(v) => match v.as_ref() {
+            Value::String(s) => s.len() + 2,
+            _ => 16,
+        },
     }
+}
+
+/// About how long the nested JSON text of `attrs` is (see [`leaf_size`]): each key with its
+/// quotes, colon and comma, and its value.
+fn attributes_size<'v>(attrs: impl Iterator<Item = &'v (Cow<'v, str>, Attr<'v>)>) -> usize {
+    attrs.map(|(k, v)| k.len() + 4 + leaf_size(&v.leaf())).sum::<usize>() + 2
 }
 
 /// The `inputs` text: `{key: value}`; a single generic `input`/`inputs` object is unwrapped.
@@ -383,12 +389,22 @@ fn status_name(code: i32) -> &'static str {
 }
 
 /// The attribute keys (or `events.<name>`) whose values became the call's inputs and output.
-#[derive(Serialize)]
 struct Moved<'a> {
-    #[serde(skip_serializing_if = "Option::is_none")]
     inputs: Option<&'a str>,
-    #[serde(skip_serializing_if = "Option::is_none")]
     output: Option<&'a str>,
+}
+
+impl Emit for Moved<'_> {
+    fn emit(&self, out: &mut String) {
+        let mut obj = Object::open(out);
+        if let Some(inputs) = self.inputs {
+            obj.member("inputs", inputs);
+        }
+        if let Some(output) = self.output {
+            obj.member("output", output);
+        }
+        obj.close();
+    }
 }
 
 impl Moved<'_> {
@@ -414,7 +430,6 @@ pub struct Shared<'a> {
 /// The original span, readable: hex ids, RFC 3339 times, nested attributes (the Weave
 /// server's `otel_dump` shape), less the attributes and events that became the call's inputs
 /// and output: `attributes_moved` names them (docs/otlp.md#what-otel_dump-holds).
-#[derive(Serialize)]
 struct Dump<'a> {
     name: &'a str,
     context: DumpContext<'a>,
@@ -428,26 +443,80 @@ struct Dump<'a> {
     links: Vec<DumpLink<'a>>,
     resource: &'a RawValue,
     scope: &'a Scope<'a>,
-    #[serde(skip_serializing_if = "Moved::is_empty")]
+    /// Left out when nothing moved.
     attributes_moved: &'a Moved<'a>,
 }
 
-#[derive(Serialize)]
+impl Emit for Dump<'_> {
+    fn emit(&self, out: &mut String) {
+        let mut obj = Object::open(out);
+        obj.member("name", self.name);
+        obj.member("context", &self.context);
+        obj.member("kind", self.kind);
+        obj.member("parent_id", &self.parent_id);
+        obj.member("start_time", self.start_time.as_str());
+        obj.member("end_time", self.end_time.as_str());
+        obj.member("status", &self.status);
+        obj.member("attributes", self.attributes);
+        obj.member("events", &List(&self.events));
+        obj.member("links", &List(&self.links));
+        obj.member("resource", &Raw(self.resource.get()));
+        obj.member("scope", self.scope);
+        if !self.attributes_moved.is_empty() {
+            obj.member("attributes_moved", self.attributes_moved);
+        }
+        obj.close();
+    }
+}
+
+/// A list written as a JSON array.
+struct List<'a, T>(&'a [T]);
+
+impl<T: Emit> Emit for List<'_, T> {
+    fn emit(&self, out: &mut String) {
+        out.push('[');
+        for (i, item) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            item.emit(out);
+        }
+        out.push(']');
+    }
+}
+
 struct DumpContext<'a> {
     trace_id: &'a str,
     span_id: &'a str,
     trace_state: &'a str,
 }
 
-#[derive(Serialize)]
+impl Emit for DumpContext<'_> {
+    fn emit(&self, out: &mut String) {
+        let mut obj = Object::open(out);
+        obj.member("trace_id", self.trace_id);
+        obj.member("span_id", self.span_id);
+        obj.member("trace_state", self.trace_state);
+        obj.close();
+    }
+}
+
 struct DumpStatus<'a> {
     code: &'static str,
     message: &'a str,
 }
 
+impl Emit for DumpStatus<'_> {
+    fn emit(&self, out: &mut String) {
+        let mut obj = Object::open(out);
+        obj.member("code", self.code);
+        obj.member("message", self.message);
+        obj.close();
+    }
+}
+
 /// An event whose attributes moved keeps its place, name and time; its attributes are the next
 /// item of the list under `events.<name>` in inputs or output.
-#[derive(Serialize)]
 struct DumpEvent<'a> {
     name: &'a str,
     timestamp: u64,
@@ -455,7 +524,17 @@ struct DumpEvent<'a> {
     dropped_attributes_count: u32,
 }
 
-#[derive(Serialize)]
+impl Emit for DumpEvent<'_> {
+    fn emit(&self, out: &mut String) {
+        let mut obj = Object::open(out);
+        obj.member("name", self.name);
+        obj.member("timestamp", &self.timestamp);
+        obj.member("attributes", &self.attributes);
+        obj.member("dropped_attributes_count", &self.dropped_attributes_count);
+        obj.close();
+    }
+}
+
 struct DumpLink<'a> {
     trace_id: String,
     span_id: String,
@@ -463,6 +542,19 @@ struct DumpLink<'a> {
     attributes: Value,
     dropped_attributes_count: u32,
     flags: u32,
+}
+
+impl Emit for DumpLink<'_> {
+    fn emit(&self, out: &mut String) {
+        let mut obj = Object::open(out);
+        obj.member("trace_id", self.trace_id.as_str());
+        obj.member("span_id", self.span_id.as_str());
+        obj.member("trace_state", self.trace_state);
+        obj.member("attributes", &self.attributes);
+        obj.member("dropped_attributes_count", &self.dropped_attributes_count);
+        obj.member("flags", &self.flags);
+        obj.close();
+    }
 }
 
 /// Levels a member can add above an attribute's value: otel_dump's object and the key's dotted
@@ -589,7 +681,8 @@ pub fn to_call(
     let values_shallow =
         fits(ABOVE_ATTRIBUTE, deepest_attribute(attrs.flat.iter().map(|(_, v)| v)));
     let inputs = member("inputs", inputs, values_shallow)?;
-    let attributes = member("attributes", to_json(&all), values_shallow)?;
+    let size = attributes_size(attrs.flat.iter());
+    let attributes = member("attributes", to_text(&all, size), values_shallow)?;
 
     let dumped_attributes = Tree::nest(
         attrs.flat[..span_attribute_count]
@@ -648,7 +741,13 @@ pub fn to_call(
                     .chain(dump.links.iter().map(|l| &l.attributes)),
             ),
         );
-    let otel_dump = member("otel_dump", to_json(&dump), dump_shallow)?;
+    // The dump holds the attributes that did not move, and the resource: its text is about
+    // their size and a few hundred bytes more.
+    let dump_size =
+        attributes_size(attrs.flat[..span_attribute_count].iter().filter(|(k, _)| !moved.holds(k)))
+            + shared.resource.get().len()
+            + 512;
+    let otel_dump = member("otel_dump", to_text(&dump, dump_size), dump_shallow)?;
     let output = output.map(|o| member("output", o, values_shallow)).transpose()?;
 
     // `{"usage": {model: usage}}`, or `{}`.
@@ -680,7 +779,7 @@ pub fn to_call(
         }),
         end: Some(EndPart {
             ended_at,
-            summary: to_json(&summary),
+            summary: to_text(&Value::Object(summary), 128),
             output,
             exception: exception(span, &status),
             wb_run_step_end,

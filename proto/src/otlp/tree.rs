@@ -7,10 +7,10 @@
 use std::borrow::Cow;
 use std::collections::HashMap;
 
-use serde::ser::{Serialize, SerializeMap, SerializeStruct, Serializer};
 use serde_json::{Map, Value};
 
 use super::values::JsonText;
+use crate::member::write::{Emit, Object};
 
 /// Entries a tree looks through one by one; past this it keeps an index of its keys, so that an
 /// object of thousands of attributes still nests in linear time.
@@ -38,10 +38,6 @@ pub enum Leaf<'v> {
     Text(&'v JsonText<'v>),
 }
 
-/// The name under which serde_json's serializer takes a struct's one field as JSON text to
-/// write as it is (how `RawValue` serialises); serde_json does not export it.
-const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
-
 impl<'v> Leaf<'v> {
     pub fn is_object(&self) -> bool {
         match self {
@@ -67,15 +63,11 @@ impl<'v> Leaf<'v> {
     }
 }
 
-impl Serialize for Leaf<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl Emit for Leaf<'_> {
+    fn emit(&self, out: &mut String) {
         match self {
-            Leaf::Value(v) => v.serialize(s),
-            Leaf::Text(t) => {
-                let mut raw = s.serialize_struct(RAW_VALUE_TOKEN, 1)?;
-                raw.serialize_field(RAW_VALUE_TOKEN, t.text())?;
-                raw.end()
-            }
+            Leaf::Value(v) => v.emit(out),
+            Leaf::Text(t) => out.push_str(t.text()),
         }
     }
 }
@@ -242,21 +234,21 @@ impl<'v> Tree<'v> {
     }
 }
 
-impl Serialize for Tree<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        let mut map = s.serialize_map(Some(self.entries.len()))?;
+impl Emit for Tree<'_> {
+    fn emit(&self, out: &mut String) {
+        let mut obj = Object::open(out);
         for (k, node) in &self.entries {
-            map.serialize_entry(k, node)?;
+            obj.member(k, node);
         }
-        map.end()
+        obj.close();
     }
 }
 
-impl Serialize for Node<'_> {
-    fn serialize<S: Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+impl Emit for Node<'_> {
+    fn emit(&self, out: &mut String) {
         match self {
-            Node::Leaf(v) => v.serialize(s),
-            Node::Tree(tree) => tree.serialize(s),
+            Node::Leaf(v) => v.emit(out),
+            Node::Tree(tree) => tree.emit(out),
         }
     }
 }

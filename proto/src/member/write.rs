@@ -1,0 +1,208 @@
+//! JSON text written straight into a `String`, byte for byte as `serde_json::to_string` writes
+//! it: no whitespace, strings escaped as serde_json escapes them, objects in their order.
+//!
+//! A span's `otel_dump` and `attributes` are mostly short keys and strings. Through serde, each
+//! went through serde_json's escaping, which looks every byte up in a table and writes the quotes
+//! and the text as three separate appends, and through a buffer that started at 128 bytes and
+//! was copied at every doubling: over half of writing a span's members. Here a string's text is
+//! searched for what must be escaped eight bytes at a time ([`super::scan::special`]) and
+//! copied a run at a time, and a writer sizes its buffer once.
+
+use serde_json::Value;
+
+use super::scan::special;
+
+/// What can be written as JSON text.
+pub trait Emit {
+    fn emit(&self, out: &mut String);
+}
+
+/// `v` as JSON text, in a string of `capacity` bytes to start with.
+pub fn to_text<T: Emit + ?Sized>(v: &T, capacity: usize) -> String {
+    let mut out = String::with_capacity(capacity);
+    v.emit(&mut out);
+    out
+}
+
+impl Emit for str {
+    fn emit(&self, out: &mut String) {
+        string(out, self);
+    }
+}
+
+impl Emit for Value {
+    fn emit(&self, out: &mut String) {
+        match self {
+            Value::Null => out.push_str("null"),
+            Value::Bool(true) => out.push_str("true"),
+            Value::Bool(false) => out.push_str("false"),
+            // With `arbitrary_precision` a number displays as the text it was read from or
+            // written as, which is what serde_json writes.
+            Value::Number(n) => out.push_str(n.as_str()),
+            Value::String(s) => string(out, s),
+            Value::Array(items) => {
+                out.push('[');
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        out.push(',');
+                    }
+                    item.emit(out);
+                }
+                out.push(']');
+            }
+            Value::Object(map) => {
+                let mut obj = Object::open(out);
+                for (k, v) in map {
+                    obj.member(k, v);
+                }
+                obj.close();
+            }
+        }
+    }
+}
+
+impl<T: Emit + ?Sized> Emit for &T {
+    fn emit(&self, out: &mut String) {
+        (**self).emit(out);
+    }
+}
+
+impl<T: Emit> Emit for Option<T> {
+    fn emit(&self, out: &mut String) {
+        match self {
+            Some(v) => v.emit(out),
+            None => out.push_str("null"),
+        }
+    }
+}
+
+impl Emit for u32 {
+    fn emit(&self, out: &mut String) {
+        out.push_str(itoa::Buffer::new().format(*self));
+    }
+}
+
+impl Emit for u64 {
+    fn emit(&self, out: &mut String) {
+        out.push_str(itoa::Buffer::new().format(*self));
+    }
+}
+
+/// JSON text kept as it is (a member already checked and written).
+pub struct Raw<'a>(pub &'a str);
+
+impl Emit for Raw<'_> {
+    fn emit(&self, out: &mut String) {
+        out.push_str(self.0);
+    }
+}
+
+/// An object being written: `{`, then members, then `}`.
+pub struct Object<'o> {
+    out: &'o mut String,
+    empty: bool,
+}
+
+impl<'o> Object<'o> {
+    pub fn open(out: &'o mut String) -> Object<'o> {
+        out.push('{');
+        Object { out, empty: true }
+    }
+
+    pub fn member<V: Emit + ?Sized>(&mut self, key: &str, value: &V) {
+        if !self.empty {
+            self.out.push(',');
+        }
+        self.empty = false;
+        string(self.out, key);
+        self.out.push(':');
+        value.emit(self.out);
+    }
+
+    pub fn close(self) {
+        self.out.push('}');
+    }
+}
+
+/// `s` as a JSON string: quoted, with `"`, `\` and control characters escaped as serde_json
+/// escapes them (the short forms where JSON has one, else `\u00xx`).
+pub fn string(out: &mut String, s: &str) {
+    out.reserve(s.len() + 2);
+    out.push('"');
+    let mut rest = s;
+    while let Some(at) = special(rest.as_bytes()) {
+        out.push_str(&rest[..at]);
+        let byte = rest.as_bytes()[at];
+        match byte {
+            b'"' => out.push_str("\\\""),
+            b'\\' => out.push_str("\\\\"),
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0x08 => out.push_str("\\b"),
+            0x0c => out.push_str("\\f"),
+            _ => {
+                const HEX: &[u8; 16] = b"0123456789abcdef";
+                out.push_str("\\u00");
+                out.push(HEX[usize::from(byte >> 4)] as char);
+                out.push(HEX[usize::from(byte & 0xf)] as char);
+            }
+        }
+        // The byte is ASCII, so the next one starts a character.
+        rest = &rest[at + 1..];
+    }
+    out.push_str(rest);
+    out.push('"');
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    /// A string of characters drawn from those that are escaped, ASCII, and wider ones.
+    fn random_string(rng: &mut fastrand::Rng) -> String {
+        const PICK: &[char] =
+            &['"', '\\', '\n', '\r', '\t', '\u{8}', '\u{c}', '\0', '\u{1f}', '\u{7f}', 'é', '😀'];
+        (0..rng.usize(0..40))
+            .map(|_| match rng.u8(0..4) {
+                0 => PICK[rng.usize(0..PICK.len())],
+                _ => rng.char('\u{20}'..='\u{7e}'),
+            })
+            .collect()
+    }
+
+    fn random_value(rng: &mut fastrand::Rng, depth: usize) -> Value {
+        match rng.u8(0..if depth > 3 { 5 } else { 7 }) {
+            0 => Value::Null,
+            1 => Value::Bool(rng.bool()),
+            2 => json!(rng.i64(..)),
+            3 => json!(rng.f64() * 1e6),
+            4 => Value::String(random_string(rng)),
+            5 => Value::Array((0..rng.usize(0..4)).map(|_| random_value(rng, depth + 1)).collect()),
+            _ => Value::Object(
+                (0..rng.usize(0..4))
+                    .map(|_| (random_string(rng), random_value(rng, depth + 1)))
+                    .collect(),
+            ),
+        }
+    }
+
+    #[test]
+    fn values_are_written_as_serde_json_writes_them() {
+        let mut rng = fastrand::Rng::with_seed(7);
+        for _ in 0..20_000 {
+            let v = random_value(&mut rng, 0);
+            assert_eq!(to_text(&v, 0), serde_json::to_string(&v).unwrap(), "{v:?}");
+        }
+        // Every byte below 0x80 on its own, escaped or not.
+        for b in 0u8..0x80 {
+            let s = (b as char).to_string();
+            assert_eq!(to_text(s.as_str(), 0), serde_json::to_string(&s).unwrap());
+        }
+        let parsed: Value =
+            serde_json::from_str(r#"{"n": 1.50, "big": 123456789012345678901234567890}"#).unwrap();
+        assert_eq!(to_text(&parsed, 0), r#"{"n":1.50,"big":123456789012345678901234567890}"#);
+    }
+}
