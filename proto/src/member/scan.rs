@@ -188,9 +188,47 @@ impl<'t> Scanner<'t> {
 }
 
 /// Where the first byte that ends a run of string text is: a quote, a backslash or a control
-/// character. Eight bytes at a time (SWAR): most of a member's bytes are string text, and its
-/// runs between escapes are short (a newline every line), too short for `memchr`'s setup.
+/// character. Sixteen bytes at a time on x86-64 (SSE2, which every x86-64 has), eight elsewhere
+/// (SWAR): most of a member's bytes are string text, and its runs between escapes are short (a
+/// newline every line), too short for `memchr`'s setup.
 pub(super) fn special(bytes: &[u8]) -> Option<usize> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut chunks = bytes.chunks_exact(16);
+        let mut at = 0;
+        for chunk in chunks.by_ref() {
+            // SAFETY: SSE2 is part of x86-64: every x86-64 processor has it.
+            let found = unsafe { special_16(chunk.try_into().expect("sixteen bytes")) };
+            if found != 0 {
+                return Some(at + found.trailing_zeros() as usize);
+            }
+            at += 16;
+        }
+        special_8(chunks.remainder()).map(|i| at + i)
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    special_8(bytes)
+}
+
+/// A bit for each of the sixteen bytes that ends string text.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse2")]
+fn special_16(chunk: &[u8; 16]) -> u32 {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+    // SAFETY: the load reads the sixteen bytes of `chunk` and needs no alignment.
+    let x = unsafe { _mm_loadu_si128(chunk.as_ptr().cast::<__m128i>()) };
+    let quote = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'"' as i8));
+    let backslash = _mm_cmpeq_epi8(x, _mm_set1_epi8(b'\\' as i8));
+    // Below 0x20, unsigned: the byte is its own minimum with 0x1f.
+    let control = _mm_cmpeq_epi8(_mm_min_epu8(x, _mm_set1_epi8(0x1f)), x);
+    _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control)) as u32
+}
+
+/// [`special`] eight bytes at a time, in a `u64` (SWAR).
+fn special_8(bytes: &[u8]) -> Option<usize> {
     const ONES: u64 = u64::from_ne_bytes([0x01; 8]);
     const HIGH: u64 = u64::from_ne_bytes([0x80; 8]);
     // A byte of `x` is zero (resp. below 0x20): its high bit is set in the result. Borrows can
@@ -452,13 +490,14 @@ mod tests {
     fn special_finds_the_first_byte_that_ends_string_text() {
         let mut r = Rng::with_seed(7);
         let alphabet = b"ab\x00\x1f \x7f\x80\xff\"\\\x20\x21";
-        for _ in 0..20_000 {
-            let len = r.below(40);
+        for _ in 0..40_000 {
+            let len = r.below(80);
             let bytes: Vec<u8> = (0..len)
                 .map(|_| if r.below(6) == 0 { alphabet[r.below(alphabet.len())] } else { b'q' })
                 .collect();
             let naive = bytes.iter().position(|b| matches!(b, b'"' | b'\\' | 0..0x20));
             assert_eq!(special(&bytes), naive, "{bytes:?}");
+            assert_eq!(special_8(&bytes), naive, "{bytes:?}");
         }
     }
 

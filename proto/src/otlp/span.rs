@@ -192,7 +192,7 @@ pub fn check_attribute_keys(attrs: &[KeyValue]) -> Result<(), SpanError> {
                 limits::MAX_ATTRIBUTE_KEY_BYTES
             ));
         }
-        let segments = kv.key.split('.').count();
+        let segments = kv.key.bytes().filter(|b| *b == b'.').count() + 1;
         if segments > limits::MAX_ATTRIBUTE_KEY_SEGMENTS {
             let head: String = kv.key.chars().take(64).collect();
             return Err(format!(

@@ -156,21 +156,30 @@ pub fn nested(attrs: &[KeyValue]) -> Value {
 }
 
 /// Objects whose keys are exactly `"0"`..`"n-1"` become arrays, recursively: the indexed
-/// attribute style (`gen_ai.prompt.0.content`) read back as the list it encodes.
+/// attribute style (`gen_ai.prompt.0.content`) read back as the list it encodes. Objects that
+/// stay objects are changed in place, not rebuilt.
 pub fn index_maps_to_lists(v: Value) -> Value {
     match v {
-        Value::Object(map) => {
+        Value::Object(mut map) => {
+            let mut index = itoa::Buffer::new();
             let is_list =
-                !map.is_empty() && (0..map.len()).all(|i| map.contains_key(i.to_string().as_str()));
-            let mut map: Map<String, Value> =
-                map.into_iter().map(|(k, v)| (k, index_maps_to_lists(v))).collect();
+                !map.is_empty() && (0..map.len()).all(|i| map.contains_key(index.format(i)));
             if is_list {
-                Value::Array((0..map.len()).map(|i| map.remove(&i.to_string()).unwrap()).collect())
+                let items = (0..map.len()).map(|i| map.remove(index.format(i)).expect("present"));
+                Value::Array(items.map(index_maps_to_lists).collect())
             } else {
+                for v in map.values_mut() {
+                    *v = index_maps_to_lists(std::mem::take(v));
+                }
                 Value::Object(map)
             }
         }
-        Value::Array(items) => Value::Array(items.into_iter().map(index_maps_to_lists).collect()),
+        Value::Array(mut items) => {
+            for v in &mut items {
+                *v = index_maps_to_lists(std::mem::take(v));
+            }
+            Value::Array(items)
+        }
         other => other,
     }
 }
