@@ -119,7 +119,8 @@ pub fn convert(
             serde_json::value::to_raw_value(&resource).expect("JSON values always serialise");
         // The op ref of each span name, made once (a request holds a few names many times), and
         // whether the name is among `out.ops` yet.
-        let mut op_refs: HashMap<&str, (String, bool)> = HashMap::new();
+        let mut op_refs: HashMap<&str, (String, bool), foldhash::fast::RandomState> =
+            HashMap::default();
         for ss in &rs.scope_spans {
             let shared = span::Shared {
                 resource: resource.clone(),

@@ -52,15 +52,15 @@ struct Attributes<'a> {
     prefixes: PrefixFilter,
 }
 
-/// A Bloom filter of strings with one hash each, in 256 bits: a span has some 50 key prefixes,
-/// so about one absent key in six passes it and is then searched for.
+/// A Bloom filter of strings with one hash each, in 1024 bits: a span has some 50 key prefixes,
+/// so about one absent key in twenty passes it and is then searched for.
 #[derive(Default)]
-struct PrefixFilter([u64; 4]);
+struct PrefixFilter([u64; 16]);
 
 impl PrefixFilter {
     fn bit(s: &str) -> (usize, u64) {
         let h = foldhash::fast::FixedState::default().hash_one(s);
-        ((h >> 62) as usize, 1 << (h & 63))
+        ((h >> 60) as usize, 1 << (h & 63))
     }
 
     fn insert(&mut self, s: &str) {
@@ -86,6 +86,7 @@ fn truthy(v: &Leaf) -> bool {
     match v {
         Leaf::Value(v) => truthy_value(v),
         Leaf::Text(t) => !t.is_empty(),
+        Leaf::Str(s) => !s.is_empty(),
     }
 }
 
@@ -172,11 +173,17 @@ impl<'a> Attributes<'a> {
     }
 
     fn take_string(&self, used: &mut Used, keys: &[&'static str]) -> Option<String> {
-        self.take_first(used, keys).and_then(|(_, v)| as_string(v.value()))
+        self.take_first(used, keys).and_then(|(_, v)| match v {
+            Leaf::Str(s) => Some(s.to_owned()),
+            v => as_string(v.as_value()?),
+        })
     }
 
     fn take_int(&self, used: &mut Used, keys: &[&'static str]) -> Option<i64> {
-        self.take_first(used, keys).and_then(|(_, v)| as_int(v.value()))
+        self.take_first(used, keys).and_then(|(_, v)| match v {
+            Leaf::Str(s) => parse_int(s),
+            v => as_int(v.as_value()?),
+        })
     }
 }
 
@@ -234,10 +241,15 @@ fn as_string(v: &Value) -> Option<String> {
     }
 }
 
+/// A count sent as a string.
+fn parse_int(s: &str) -> Option<i64> {
+    s.trim().parse().ok()
+}
+
 fn as_int(v: &Value) -> Option<i64> {
     match v {
         Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        Value::String(s) => s.trim().parse().ok(),
+        Value::String(s) => parse_int(s),
         _ => None,
     }
 }
@@ -262,6 +274,7 @@ fn whole(v: &Leaf) -> String {
 fn leaf_size(v: &Leaf) -> usize {
     match v {
         Leaf::Text(t) => t.text().len(),
+        Leaf::Str(s) => s.len() + 2,
         Leaf::Value(v) => match v.as_ref() {
             Value::String(s) => s.len() + 2,
             _ => 16,
@@ -575,6 +588,7 @@ fn fits(above: usize, depth: usize) -> bool {
 fn deepest_attribute<'v>(values: impl IntoIterator<Item = &'v Attr<'v>>) -> usize {
     let depth = |v: &Attr| match v {
         Attr::Text(t) => t.depth(),
+        Attr::Str(_) => 0,
         Attr::Value(v) => deepest([v]),
     };
     values.into_iter().map(depth).max().unwrap_or(0)
@@ -666,7 +680,7 @@ pub fn to_call(
         all.set(Cow::Borrowed(field), Node::Leaf(v));
     }
     if let Some((_, extra)) = &extra
-        && let Value::Object(extra) = extra.value()
+        && let Some(Value::Object(extra)) = extra.as_value()
     {
         for (k, v) in extra {
             all.set(Cow::Borrowed(k), Node::Leaf(Leaf::Value(Cow::Borrowed(v))));

@@ -36,6 +36,8 @@ pub enum Node<'v> {
 pub enum Leaf<'v> {
     Value(Cow<'v, Value>),
     Text(&'v JsonText<'v>),
+    /// A string attribute, borrowed from the request (most of a span's attributes are).
+    Str(&'v str),
 }
 
 impl<'v> Leaf<'v> {
@@ -43,14 +45,17 @@ impl<'v> Leaf<'v> {
         match self {
             Leaf::Value(v) => v.is_object(),
             Leaf::Text(t) => t.is_object(),
+            Leaf::Str(_) => false,
         }
     }
 
-    /// The decoded value (a text is parsed on first use).
-    pub fn value(&self) -> &Value {
+    /// The decoded value (a text is parsed on first use); `None` for a string, which is not
+    /// copied into a value to be read.
+    pub fn as_value(&self) -> Option<&Value> {
         match self {
-            Leaf::Value(v) => v,
-            Leaf::Text(t) => t.value(),
+            Leaf::Value(v) => Some(v),
+            Leaf::Text(t) => Some(t.value()),
+            Leaf::Str(_) => None,
         }
     }
 
@@ -59,6 +64,7 @@ impl<'v> Leaf<'v> {
         match self {
             Leaf::Value(v) => v,
             Leaf::Text(t) => Cow::Borrowed(t.value()),
+            Leaf::Str(s) => Cow::Owned(Value::String(s.to_owned())),
         }
     }
 }
@@ -68,6 +74,7 @@ impl Emit for Leaf<'_> {
         match self {
             Leaf::Value(v) => v.emit(out),
             Leaf::Text(t) => out.push_str(t.text()),
+            Leaf::Str(s) => s.emit(out),
         }
     }
 }
@@ -97,9 +104,10 @@ impl<'v> Node<'v> {
     /// The string at `path` below this node.
     pub fn str_at(&self, path: &[&str]) -> Option<&str> {
         match (self, path) {
-            (Node::Leaf(v), []) => v.value().as_str(),
+            (Node::Leaf(Leaf::Str(s)), []) => Some(s),
+            (Node::Leaf(v), []) => v.as_value()?.as_str(),
             (Node::Leaf(v), [key, rest @ ..]) => {
-                rest.iter().try_fold(v.value().get(key)?, |v, k| v.get(k))?.as_str()
+                rest.iter().try_fold(v.as_value()?.get(key)?, |v, k| v.get(k))?.as_str()
             }
             (Node::Tree(tree), [key, rest @ ..]) => tree.get(key)?.str_at(rest),
             (Node::Tree(_), []) => None,

@@ -60,11 +60,13 @@ pub fn attribute_value(v: Option<&AnyValue>) -> Value {
     v.map_or(Value::Null, any_value)
 }
 
-/// A span attribute's value: decoded, or a JSON text kept as it was sent.
+/// A span attribute's value: decoded, a JSON text kept as it was sent, or a string borrowed
+/// from the request.
 #[derive(Debug)]
 pub enum Attr<'a> {
     Value(Value),
     Text(JsonText<'a>),
+    Str(&'a str),
 }
 
 impl Attr<'_> {
@@ -72,6 +74,7 @@ impl Attr<'_> {
         match self {
             Attr::Value(v) => Leaf::Value(Cow::Borrowed(v)),
             Attr::Text(t) => Leaf::Text(t),
+            Attr::Str(s) => Leaf::Str(s),
         }
     }
 }
@@ -128,13 +131,16 @@ impl<'a> JsonText<'a> {
     }
 }
 
-/// A span attribute's value: a JSON text kept as sent where it can be (see [`JsonText`]), else
-/// [`attribute_value`].
+/// A span attribute's value: a JSON text kept as sent where it can be (see [`JsonText`]), a
+/// string that holds no JSON borrowed as it is, else [`attribute_value`].
 pub fn span_attribute(v: Option<&AnyValue>) -> Attr<'_> {
-    if let Some(any_value::Value::StringValue(s)) = v.and_then(|v| v.value.as_ref())
-        && let Some(text) = JsonText::new(s)
-    {
-        return Attr::Text(text);
+    if let Some(any_value::Value::StringValue(s)) = v.and_then(|v| v.value.as_ref()) {
+        if let Some(text) = JsonText::new(s) {
+            return Attr::Text(text);
+        }
+        if !holds_json(s) {
+            return Attr::Str(s);
+        }
     }
     Attr::Value(attribute_value(v))
 }
