@@ -51,10 +51,10 @@ pub async fn read_body(
     let cap = declared.filter(|n| *n <= limit).unwrap_or(limit);
     let mut charged = UNCHARGED_BYTES;
     let mut admitted = None;
-    let mut buf = BytesMut::with_capacity(cap.min(UNCHARGED_BYTES));
+    let mut held = Chunks::default();
     while let Some(chunk) = chunks.next().await {
         let chunk = chunk.map_err(|e| ApiError::bad_request(format!("reading the body: {e}")))?;
-        let len = buf.len() + chunk.len();
+        let len = held.len + chunk.len();
         if len > limit {
             return Err(drain(chunks, too_large(limit)).await);
         }
@@ -64,11 +64,59 @@ pub async fn read_body(
                 Ok(a) => a,
                 Err(e) => return Err(drain(chunks, e).await),
             };
-            buf.reserve(charged - buf.len());
         }
-        buf.extend_from_slice(&chunk);
+        held.push(chunk);
     }
-    Ok((buf.freeze(), admitted))
+    Ok((held.join(), admitted))
+}
+
+/// Chunks smaller than this are gathered into one.
+const SMALL_CHUNK: usize = 16 * 1024;
+
+/// A body's chunks as they arrived, joined once at the end. One buffer grown by doubling copied
+/// a large body about twice over and touched fresh pages at every step (memory copies were a
+/// third of the HTTP work of the ingest role, docs/benchmarks.md, "Bodies joined once"). Chunks
+/// below [`SMALL_CHUNK`] are gathered as they come, so a body sent a few bytes at a time holds
+/// one chunk per 16 KiB, not one per write.
+#[derive(Default)]
+struct Chunks {
+    full: Vec<Bytes>,
+    small: BytesMut,
+    len: usize,
+}
+
+impl Chunks {
+    fn push(&mut self, chunk: Bytes) {
+        self.len += chunk.len();
+        if chunk.len() >= SMALL_CHUNK {
+            self.flush_small();
+            self.full.push(chunk);
+        } else {
+            self.small.extend_from_slice(&chunk);
+            if self.small.len() >= SMALL_CHUNK {
+                self.flush_small();
+            }
+        }
+    }
+
+    fn flush_small(&mut self) {
+        if !self.small.is_empty() {
+            self.full.push(self.small.split().freeze());
+        }
+    }
+
+    /// The body: its one chunk as it is, or the chunks copied once into a buffer of its size.
+    fn join(mut self) -> Bytes {
+        self.flush_small();
+        if self.full.len() == 1 {
+            return self.full.pop().expect("one chunk");
+        }
+        let mut body = BytesMut::with_capacity(self.len);
+        for chunk in &self.full {
+            body.extend_from_slice(chunk);
+        }
+        body.freeze()
+    }
 }
 
 /// Reads what is left of a refused body (within bounds, keeping none of it) so that the client,
@@ -292,6 +340,26 @@ mod tests {
             (0..chunks).map(move |_| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; size]))),
         );
         Body::from_stream(stream)
+    }
+
+    #[tokio::test]
+    async fn bodies_read_back_byte_for_byte_whatever_their_chunks() {
+        let budget = MemoryBudget::new(64 * 1024 * 1024);
+        let mut rng = fastrand::Rng::with_seed(3);
+        for _ in 0..50 {
+            let sizes: Vec<usize> = (0..rng.usize(0..40))
+                .map(|_| if rng.bool() { rng.usize(0..100) } else { rng.usize(0..70_000) })
+                .collect();
+            let chunks: Vec<Bytes> = sizes
+                .iter()
+                .map(|n| Bytes::from((0..*n).map(|_| rng.u8(..)).collect::<Vec<u8>>()))
+                .collect();
+            let sent: Vec<u8> = chunks.concat();
+            let stream = futures::stream::iter(chunks.into_iter().map(Ok::<_, std::io::Error>));
+            let (read, _) =
+                read_body(Body::from_stream(stream), 8 << 20, None, &budget).await.unwrap();
+            assert_eq!(read, sent);
+        }
     }
 
     #[tokio::test]
