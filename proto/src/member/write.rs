@@ -40,16 +40,7 @@ impl Emit for Value {
             // written as, which is what serde_json writes.
             Value::Number(n) => out.push_str(n.as_str()),
             Value::String(s) => string(out, s),
-            Value::Array(items) => {
-                out.push('[');
-                for (i, item) in items.iter().enumerate() {
-                    if i > 0 {
-                        out.push(',');
-                    }
-                    item.emit(out);
-                }
-                out.push(']');
-            }
+            Value::Array(items) => List(items).emit(out),
             Value::Object(map) => {
                 let mut obj = Object::open(out);
                 for (k, v) in map {
@@ -85,6 +76,22 @@ impl Emit for u32 {
 impl Emit for u64 {
     fn emit(&self, out: &mut String) {
         out.push_str(itoa::Buffer::new().format(*self));
+    }
+}
+
+/// A list written as a JSON array.
+pub struct List<'a, T>(pub &'a [T]);
+
+impl<T: Emit> Emit for List<'_, T> {
+    fn emit(&self, out: &mut String) {
+        out.push('[');
+        for (i, item) in self.0.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            item.emit(out);
+        }
+        out.push(']');
     }
 }
 

@@ -18,7 +18,7 @@ use super::values::{Attr, index_maps_to_lists, nested, span_attribute};
 use crate::ProjectId;
 use crate::calls::{CallPart, EndPart, StartPart};
 use crate::limits;
-use crate::member::write::{Emit, Object, Raw, to_text};
+use crate::member::write::{Emit, List, Object, Raw, to_text};
 use crate::time::Micros;
 
 /// The span's scope (instrumentation library), kept in `otel_dump`.
@@ -479,22 +479,6 @@ impl Emit for Dump<'_> {
             obj.member("attributes_moved", self.attributes_moved);
         }
         obj.close();
-    }
-}
-
-/// A list written as a JSON array.
-struct List<'a, T>(&'a [T]);
-
-impl<T: Emit> Emit for List<'_, T> {
-    fn emit(&self, out: &mut String) {
-        out.push('[');
-        for (i, item) in self.0.iter().enumerate() {
-            if i > 0 {
-                out.push(',');
-            }
-            item.emit(out);
-        }
-        out.push(']');
     }
 }
 
