@@ -74,10 +74,10 @@ pub async fn read_body(
 const SMALL_CHUNK: usize = 16 * 1024;
 
 /// A body's chunks as they arrived, joined once at the end. One buffer grown by doubling copied
-/// a large body about twice over and touched fresh pages at every step (memory copies were a
-/// third of the HTTP work of the ingest role, docs/benchmarks.md, "Bodies joined once"). Chunks
-/// below [`SMALL_CHUNK`] are gathered as they come, so a body sent a few bytes at a time holds
-/// one chunk per 16 KiB, not one per write.
+/// a large body about twice over and touched fresh pages at every step: memory copies were a
+/// third of the HTTP work of the ingest role (docs/benchmarks.md, "Members written directly,
+/// span logs in one read, bodies joined once"). Chunks below [`SMALL_CHUNK`] are gathered as
+/// they come, so a body sent a few bytes at a time holds one chunk per 16 KiB, not one per write.
 #[derive(Default)]
 struct Chunks {
     full: Vec<Bytes>,
