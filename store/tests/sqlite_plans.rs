@@ -5,7 +5,7 @@
 #![cfg(feature = "sqlite")]
 
 use heddle_proto::calls::CallsQueryReq;
-use heddle_store::sqlite::{functions, migrations, sql};
+use heddle_store::sqlite::{migrations, sql};
 use rusqlite::Connection;
 use serde_json::{Value, json};
 
@@ -19,7 +19,7 @@ fn op_ref(op: &str) -> String {
 /// A project of `traces` traces of one root and three children; every 50th call failed.
 fn seeded(traces: usize) -> Connection {
     let mut conn = Connection::open_in_memory().unwrap();
-    functions::register(&conn).unwrap();
+    heddle_store::sqlite::configure(&conn).unwrap();
     migrations::migrate(&mut conn).unwrap();
     let tx = conn.transaction().unwrap();
     {

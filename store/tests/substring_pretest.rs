@@ -9,7 +9,7 @@
 #![cfg(feature = "sqlite")]
 
 use heddle_proto::calls::CallsQueryReq;
-use heddle_store::sqlite::{functions, migrations, sql, text_index};
+use heddle_store::sqlite::{migrations, sql, text_index};
 use rusqlite::Connection;
 use rusqlite::functions::FunctionFlags;
 use serde_json::json;
@@ -74,7 +74,7 @@ const BLOCK: i64 = 64;
 
 fn database(pretest_and_index: bool) -> Connection {
     let mut conn = Connection::open_in_memory().unwrap();
-    functions::register(&conn).unwrap();
+    heddle_store::sqlite::configure(&conn).unwrap();
     if !pretest_and_index {
         conn.create_scalar_function(
             "hd_may_contain",

@@ -38,6 +38,7 @@ use std::time::Duration;
 
 use r2d2_sqlite::SqliteConnectionManager;
 use rusqlite::Connection;
+use rusqlite::config::DbConfig;
 
 pub use self::writer::analyze;
 use self::writer::{Writer, backend};
@@ -78,11 +79,20 @@ const PAGE_SIZE: u32 = 16 * 1024;
 /// (docs/storage.md#the-writers-page-cache).
 const WRITER_CACHE_KIB: i64 = 16 * 1024;
 
-/// Settings every connection gets. `synchronous = FULL` makes a commit durable against power
-/// loss, not only a process crash: an ack must mean the data survives (group commit pays for
-/// the fsync once per batch, not once per call).
-fn configure(conn: &Connection) -> rusqlite::Result<()> {
+/// Settings every connection gets (public for the plan tests, which plan as the server does).
+///
+/// - `synchronous = FULL` makes a commit durable against power loss, not only a process crash:
+///   an ack must mean the data survives (group commit pays for the fsync once per batch, not
+///   once per call).
+/// - Plans do not depend on the values bound (SQLite's query planner stability guarantee).
+///   Otherwise SQLite prepares a statement a second time at its first step whenever a bound
+///   value could change the plan: every `LIMIT ?`, and every indexed column with STAT4
+///   samples. That doubled the parsing of every page of `calls/stream_query`, and re-parsed the
+///   per-span lookups of span calls at every use (docs/storage.md#planner-statistics). The
+///   filters that must use one index name it (`INDEXED BY`), so nothing here relied on values.
+pub fn configure(conn: &Connection) -> rusqlite::Result<()> {
     conn.busy_timeout(Duration::from_secs(10))?;
+    conn.set_db_config(DbConfig::SQLITE_DBCONFIG_ENABLE_QPSG, true)?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "OFF")?;
     conn.set_prepared_statement_cache_capacity(64);
@@ -140,5 +150,45 @@ impl SqliteStore {
         tokio::task::spawn_blocking(move || f(&*pool.get().map_err(backend)?))
             .await
             .map_err(backend)?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use rusqlite::{StatementStatus, params};
+
+    use super::*;
+
+    /// A statement run again with other values is not prepared again: not for its `LIMIT ?`,
+    /// nor for an indexed column that has STAT4 samples.
+    #[test]
+    fn statements_are_not_prepared_again_for_their_values() {
+        let mut conn = Connection::open_in_memory().unwrap();
+        configure(&conn).unwrap();
+        migrations::migrate(&mut conn).unwrap();
+        for i in 0..200 {
+            conn.execute(
+                "INSERT INTO calls (project_id, id, trace_id, op_name, started_at, attributes, \
+                 inputs, summary) VALUES ('e/p', ?1, ?2, 'op', ?3, '{}', '{}', '{}')",
+                params![format!("id{i}"), format!("t{}", i % 7), i],
+            )
+            .unwrap();
+        }
+        analyze(&conn);
+        let mut st = conn
+            .prepare(
+                "SELECT id FROM calls WHERE project_id = ?1 AND trace_id = ?2 ORDER BY started_at \
+                 LIMIT ?3",
+            )
+            .unwrap();
+        for (trace, limit) in [("t1", 5i64), ("t2", 50), ("t3", 1)] {
+            let ids: Vec<String> = st
+                .query_map(params!["e/p", trace, limit], |r| r.get(0))
+                .unwrap()
+                .collect::<rusqlite::Result<_>>()
+                .unwrap();
+            assert_eq!(ids.len() as i64, limit.min(29));
+        }
+        assert_eq!(st.get_status(StatementStatus::RePrepare), 0);
     }
 }
