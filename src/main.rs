@@ -500,9 +500,7 @@ async fn serve(
     sink: Option<Arc<dyn Sink>>,
     roles: server::Roles,
 ) -> anyhow::Result<()> {
-    let listener = tokio::net::TcpListener::bind(args.listen)
-        .await
-        .with_context(|| format!("binding {}", args.listen))?;
+    let listener = net::bind(args.listen).with_context(|| format!("binding {}", args.listen))?;
     let url = format!("http://{}", listener.local_addr()?);
     let limits = args.limits();
     let admin_key = args.api_key.filter(|k| !k.is_empty());
@@ -535,8 +533,7 @@ async fn serve(
         server::run(listener, app, limits).await;
         return Ok(());
     };
-    let grpc_listener = tokio::net::TcpListener::bind(otlp.otlp_grpc_listen)
-        .await
+    let grpc_listener = net::bind(otlp.otlp_grpc_listen)
         .with_context(|| format!("binding {} for OTLP/gRPC", otlp.otlp_grpc_listen))?;
     println!("heddle OTLP/gRPC listening on http://{}", grpc_listener.local_addr()?);
     let routes = ingest.grpc_service(otlp.otlp_grpc_max_message_bytes);

@@ -76,8 +76,7 @@ mod with_kafka {
             heddle_query::GeoIp::default(),
             server::Roles { metrics: Some(metrics), ..server::Roles::NONE },
         );
-        let listener = tokio::net::TcpListener::bind(http.metrics_listen)
-            .await
+        let listener = crate::net::bind(http.metrics_listen)
             .with_context(|| format!("binding {}", http.metrics_listen))?;
         println!("heddle consumer metrics on http://{}", listener.local_addr()?);
         tokio::select! {

@@ -22,7 +22,7 @@ use http_body_util::BodyExt;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto::Builder;
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
 use tokio::sync::watch;
 use tower::{Service, ServiceExt};
 
@@ -111,6 +111,22 @@ fn builder(limits: &ConnLimits) -> Builder<TokioExecutor> {
         .keep_alive_interval(limits.keepalive_interval)
         .keep_alive_timeout(limits.keepalive_timeout);
     builder
+}
+
+/// Connections the kernel queues for accepting (capped by `net.core.somaxconn`, 4096 by
+/// default). tokio's own listener queues 1024: a burst of more connects than that (a fleet of
+/// exporters reconnecting at once) overflows it, and each connect beyond it waits a second for
+/// its client to retry. A new client's connection then arrives in the middle of that second
+/// burst, and before its first request is read, enough connects behind it can evict it as the
+/// longest-idle one.
+const LISTEN_BACKLOG: u32 = 4096;
+
+/// A listening socket on `addr` with [`LISTEN_BACKLOG`].
+pub fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
+    let socket = if addr.is_ipv4() { TcpSocket::new_v4()? } else { TcpSocket::new_v6()? };
+    socket.set_reuseaddr(true)?;
+    socket.bind(addr)?;
+    socket.listen(LISTEN_BACKLOG)
 }
 
 /// Accept errors are mostly about one connection (reset before it was accepted); running out
