@@ -164,22 +164,58 @@ impl Encoding {
     pub fn decode(self, body: Bytes, limit: usize) -> Result<Bytes, ApiError> {
         match self {
             Encoding::Identity => Ok(body),
-            Encoding::Gzip => {
-                let mut out = Vec::with_capacity(body.len().saturating_mul(4).min(limit));
-                flate2::read::MultiGzDecoder::new(&body[..])
-                    .take(limit as u64 + 1)
-                    .read_to_end(&mut out)
-                    .map_err(|e| ApiError::bad_request(format!("invalid gzip body: {e}")))?;
-                if out.len() > limit {
-                    return Err(ApiError::TooLarge(format!(
-                        "decompressed request body is larger than the server's limit of {limit} \
-                         bytes"
-                    )));
-                }
-                Ok(out.into())
-            }
+            Encoding::Gzip => inflate(&body, limit).map(Bytes::from),
         }
     }
+}
+
+/// A gzip body inflated, at most `limit` bytes.
+///
+/// The trailer of a gzip member states its size (modulo 4 GiB), and a body is at least as large
+/// as its last member: a body whose last member states more than the limit is refused before
+/// anything is inflated (a gzip bomb as compressors write it). Otherwise the stated size sizes
+/// the buffer, which grows by doubling past it (the other members of a body of several, or a
+/// trailer that lies) but never past one byte over the limit, the byte that tells a body too
+/// large. `read_to_end` doubled the buffer from the limit to twice the limit to read that byte.
+fn inflate(body: &[u8], limit: usize) -> Result<Vec<u8>, ApiError> {
+    let too_large = || {
+        ApiError::TooLarge(format!(
+            "decompressed request body is larger than the server's limit of {limit} bytes"
+        ))
+    };
+    // A gzip member starts with 1f 8b and is at least 18 bytes; anything else is left to the
+    // decoder to refuse.
+    let gzip = body.len() >= 18 && body.starts_with(&[0x1f, 0x8b]);
+    let stated = gzip.then(|| {
+        let at = body.len() - 4;
+        u32::from_le_bytes(body[at..].try_into().expect("four bytes")) as usize
+    });
+    if stated.is_some_and(|n| n > limit) {
+        return Err(too_large());
+    }
+    let most = limit.saturating_add(1);
+    let mut decoder = flate2::read::MultiGzDecoder::new(body);
+    let mut out = vec![0; stated.map_or(64 * 1024, |n| n + 1).min(most)];
+    let mut filled = 0;
+    loop {
+        if filled == out.len() {
+            if out.len() == most {
+                break;
+            }
+            out.resize(out.len().saturating_mul(2).min(most), 0);
+        }
+        match decoder.read(&mut out[filled..]) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ApiError::bad_request(format!("invalid gzip body: {e}"))),
+        }
+    }
+    if filled > limit {
+        return Err(too_large());
+    }
+    out.truncate(filled);
+    Ok(out)
 }
 
 /// A request body within the size limit, with its encoding, not yet decompressed, and the room
@@ -340,6 +376,37 @@ mod tests {
             (0..chunks).map(move |_| Ok::<_, std::io::Error>(Bytes::from(vec![b'x'; size]))),
         );
         Body::from_stream(stream)
+    }
+
+    fn gzip(bytes: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        gz.write_all(bytes).unwrap();
+        gz.finish().unwrap()
+    }
+
+    #[test]
+    fn gzip_bodies_inflate_up_to_the_limit_and_no_further() {
+        let limit = 1 << 20;
+        let mut rng = fastrand::Rng::with_seed(5);
+        for len in [0, 1, 1000, 65_536, 65_537, 300_000, limit - 1, limit] {
+            let plain: Vec<u8> = (0..len).map(|_| rng.u8(b'a'..=b'd')).collect();
+            assert_eq!(inflate(&gzip(&plain), limit).unwrap(), plain, "{len}");
+        }
+        for len in [limit + 1, 64 * limit] {
+            let refused = inflate(&gzip(&vec![b' '; len]), limit);
+            assert!(matches!(refused, Err(ApiError::TooLarge(_))), "{len}");
+        }
+        // A bomb whose trailer understates its size is inflated to the limit and no further.
+        let mut liar = gzip(&vec![b' '; 8 * limit]);
+        let at = liar.len() - 4;
+        liar[at..].copy_from_slice(&100u32.to_le_bytes());
+        assert!(matches!(inflate(&liar, limit), Err(ApiError::TooLarge(_))));
+        // Members after the first are inflated too.
+        let (a, b) = (vec![b'a'; 70_000], vec![b'b'; 300]);
+        let two = [gzip(&a), gzip(&b)].concat();
+        assert_eq!(inflate(&two, limit).unwrap(), [a, b].concat());
+        assert!(matches!(inflate(b"not gzip", limit), Err(ApiError::BadRequest(_))));
     }
 
     #[tokio::test]

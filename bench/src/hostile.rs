@@ -89,6 +89,10 @@ fn attacks(project: &str, refs: &[String]) -> Vec<Attack> {
     );
     // 1 GiB of zeros behind 1 MiB of gzip: inflating stops at the body limit.
     let zeros = gzip(&vec![b' '; 1 << 30]);
+    // The same bomb with a trailer that states 100 bytes: refused only once inflated to the limit.
+    let mut forged = zeros.clone();
+    let at = forged.len() - 4;
+    forged[at..].copy_from_slice(&100u32.to_le_bytes());
     let mut empty_spans = Vec::with_capacity(4 << 20);
     for _ in 0..(2 << 20) {
         empty_spans.extend_from_slice(&[0x12, 0x00]);
@@ -131,8 +135,14 @@ fn attacks(project: &str, refs: &[String]) -> Vec<Attack> {
         Attack {
             name: "gzip bomb (1 GiB of spaces)",
             path: "/call/upsert_batch".into(),
-            headers: gz_headers,
+            headers: gz_headers.clone(),
             body: zeros.into(),
+        },
+        Attack {
+            name: "gzip bomb, its trailer stating 100 bytes",
+            path: "/call/upsert_batch".into(),
+            headers: gz_headers,
+            body: forged.into(),
         },
         Attack {
             name: "OTLP: 2M empty spans (4 MiB)",
