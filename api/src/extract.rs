@@ -199,7 +199,8 @@ fn inflate(body: &[u8], limit: usize) -> Result<Vec<u8>, ApiError> {
         return Err(too_large());
     }
     let mut decoder = flate2::read::MultiGzDecoder::new(body).take(limit as u64 + 1);
-    let mut out = vec![0; stated.unwrap_or(0)];
+    // One byte more than stated, so that an honest body ends within it.
+    let mut out = vec![0; stated.map_or(0, |n| n + 1)];
     let filled = read_full(&mut decoder, &mut out)?;
     if filled < out.len() {
         out.truncate(filled);
