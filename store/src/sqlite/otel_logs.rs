@@ -47,10 +47,10 @@ fn row_to_log(project: &ProjectId, r: &Row) -> rusqlite::Result<OtelLog> {
 
 /// The records of the spans, at most [`MAX_LOG_RECORDS_PER_CALL`] each, oldest first: one
 /// statement for all of them, each span read through the primary key's prefix. It was one
-/// statement per span, and SQLite prepares a statement again whenever a value bound to an
-/// indexed column changes (the STAT4 statistics may choose another plan for it): that parsing
-/// was a third of the server's CPU while it streamed span calls back (docs/benchmarks.md,
-/// "Members written directly, span logs in one read, bodies joined once").
+/// statement per span, which SQLite prepared again at every run for its `LIMIT ?` (see
+/// `super::configure`): that parsing was a third of the server's CPU while it streamed span
+/// calls back (docs/benchmarks.md, "Members written directly, span logs in one read, bodies
+/// joined once").
 fn span_logs(
     conn: &Connection,
     project: &ProjectId,
