@@ -5,7 +5,7 @@
 //! went through serde_json's escaping, which looks every byte up in a table and writes the quotes
 //! and the text as three separate appends, and through a buffer that started at 128 bytes and
 //! was copied at every doubling: over half of writing a span's members. Here a string's text is
-//! searched for what must be escaped eight bytes at a time ([`super::scan::special`]) and
+//! searched for what must be escaped sixteen bytes at a time ([`super::scan::special`]) and
 //! copied a run at a time, and a writer sizes its buffer once.
 
 use serde_json::Value;

@@ -679,8 +679,12 @@ pub fn to_call(
     let values_shallow =
         fits(ABOVE_ATTRIBUTE, deepest_attribute(attrs.flat.iter().map(|(_, v)| v)));
     let inputs = member("inputs", inputs, values_shallow)?;
-    let size = attributes_size(attrs.flat.iter());
-    let attributes = member("attributes", to_text(&all, size), values_shallow)?;
+    // The attributes' text and the dump's both hold what did not move into inputs and output:
+    // sized by those, not by the messages (which would leave each member's string kilobytes of
+    // spare capacity).
+    let kept =
+        |attrs: &[(Cow<str>, Attr)]| attributes_size(attrs.iter().filter(|(k, _)| !moved.holds(k)));
+    let attributes = member("attributes", to_text(&all, kept(&attrs.flat)), values_shallow)?;
 
     let dumped_attributes = Tree::nest(
         attrs.flat[..span_attribute_count]
@@ -739,12 +743,8 @@ pub fn to_call(
                     .chain(dump.links.iter().map(|l| &l.attributes)),
             ),
         );
-    // The dump holds the attributes that did not move, and the resource: its text is about
-    // their size and a few hundred bytes more.
-    let dump_size =
-        attributes_size(attrs.flat[..span_attribute_count].iter().filter(|(k, _)| !moved.holds(k)))
-            + shared.resource.get().len()
-            + 512;
+    // The span's own attributes that did not move, the resource and a few hundred bytes more.
+    let dump_size = kept(&attrs.flat[..span_attribute_count]) + shared.resource.get().len() + 512;
     let otel_dump = member("otel_dump", to_text(&dump, dump_size), dump_shallow)?;
     let output = output.map(|o| member("output", o, values_shallow)).transpose()?;
 
