@@ -164,7 +164,7 @@ impl Encoding {
     pub fn decode(self, body: Bytes, limit: usize) -> Result<Bytes, ApiError> {
         match self {
             Encoding::Identity => Ok(body),
-            Encoding::Gzip => inflate(&body, limit).map(Bytes::from),
+            Encoding::Gzip => inflate(&body, limit),
         }
     }
 }
@@ -178,11 +178,12 @@ const INFLATE_PIECE: usize = 1 << 20;
 /// as its last member: a body whose last member states more than the limit is refused before
 /// anything is inflated (a gzip bomb as compressors write it). The stated size is read into one
 /// buffer of that size: all of an honest body of one member. Anything beyond it (the other
-/// members of a body of several, or a trailer that lies) is read in pieces of 1 MiB and joined
-/// only if the whole stays within the limit, so a body refused at the limit never held one block
-/// of the limit's size: freed, such blocks stayed resident on every thread that had held one
-/// (docs/benchmarks.md, "Members written directly, span logs in one read, bodies joined once").
-fn inflate(body: &[u8], limit: usize) -> Result<Vec<u8>, ApiError> {
+/// members of a body of several, or a trailer that lies) is read in pieces of 1 MiB, joined as
+/// a body's chunks are ([`Chunks`]) and only if the whole stays within the limit, so a body
+/// refused at the limit never held one block of the limit's size: freed, such blocks stayed
+/// resident on every thread that had held one (docs/benchmarks.md, "Members written directly,
+/// span logs in one read, bodies joined once").
+fn inflate(body: &[u8], limit: usize) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::TooLarge(format!(
             "decompressed request body is larger than the server's limit of {limit} bytes"
@@ -204,31 +205,22 @@ fn inflate(body: &[u8], limit: usize) -> Result<Vec<u8>, ApiError> {
     let filled = read_full(&mut decoder, &mut out)?;
     if filled < out.len() {
         out.truncate(filled);
-        return Ok(out);
+        return Ok(out.into());
     }
-    let mut total = filled;
-    let mut pieces = Vec::new();
+    let mut held = Chunks::default();
+    held.push(out.into());
     loop {
         let mut piece = vec![0; INFLATE_PIECE];
         let n = read_full(&mut decoder, &mut piece)?;
-        total += n;
-        if total > limit {
+        if held.len + n > limit {
             return Err(too_large());
         }
-        if n == 0 {
-            break;
-        }
         piece.truncate(n);
-        pieces.push(piece);
+        held.push(piece.into());
         if n < INFLATE_PIECE {
-            break;
+            return Ok(held.join());
         }
     }
-    out.reserve_exact(total - out.len());
-    for piece in pieces {
-        out.extend_from_slice(&piece);
-    }
-    Ok(out)
 }
 
 /// Fills `buf` from `r` as far as `r` goes; how much was read.
