@@ -89,14 +89,20 @@ fn ui_filters_use_their_index() {
         (
             "one trace",
             json!({"filter": {"trace_ids": ["trace-7"]}}),
-            Some("calls_by_trace"),
-            "calls_by_trace",
+            Some("calls_by_trace (project_id=? AND bucket=? AND trace_id=?"),
+            "calls_by_trace (project_id=? AND bucket=? AND trace_id=?",
         ),
         (
             "roots",
             json!({"filter": {"trace_roots_only": true}}),
             None,
-            "COVERING INDEX calls_by_parent",
+            "COVERING INDEX calls_by_parent (project_id=? AND bucket=? AND parent_id=?",
+        ),
+        (
+            "children",
+            json!({"filter": {"parent_ids": ["p-1"]}}),
+            Some("calls_by_parent (project_id=? AND bucket=? AND parent_id=?"),
+            "COVERING INDEX calls_by_parent (project_id=? AND bucket=? AND parent_id=?",
         ),
         (
             "one op",

@@ -1,16 +1,19 @@
 //! Calls on SQLite: one row per call in `calls`, upserted part by part; queries rendered by
 //! [`super::compile`].
 
+use std::sync::LazyLock;
+
 use async_trait::async_trait;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery, EndPart, derive_summary};
 use heddle_proto::time::Micros;
 use rusqlite::{Row, params};
 
-use super::text_index;
+use super::borrowed::Param;
 use super::values::{empty_object, project_id, raw};
 use super::writer::{WriteConn, backend};
 use super::{SqliteStore, sql};
+use super::{buckets, text_index};
 use crate::otel_logs::merge_span_logs;
 use crate::{CallStore, CallStream, Result};
 
@@ -20,13 +23,15 @@ use crate::{CallStore, CallStream, Result};
 /// The display name has three sources, highest rank first: a `/call/update` rename
 /// (`name_updated` = 1), the end part's name (`name_updated` = 2), the start's (0).
 /// A source only replaces a name of the same or a lower rank, whatever the arrival order.
-/// ?21 is the end part's name.
+/// ?21 is the end part's name. ?23 is the bucket of a new row ([`buckets`]); an existing row
+/// keeps its own, which its project has listed.
 const UPSERT_CALL_PART: &str = "
 INSERT INTO calls (project_id, id, trace_id, op_name, display_name, parent_id, thread_id, turn_id,
                    started_at, attributes, inputs, otel_dump, wb_user_id, wb_run_id, wb_run_step,
-                   ended_at, summary, output, exception, wb_run_step_end, name_updated, end_status)
+                   ended_at, summary, output, exception, wb_run_step_end, name_updated, end_status,
+                   bucket)
 VALUES (?1, ?2, ?3, ?4, COALESCE(NULLIF(?21, ''), NULLIF(?5, '')), ?6, ?7, ?8, ?9, ?10, ?11, ?12,
-        ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2), ?22)
+        ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2), ?22, ?23)
 ON CONFLICT (project_id, id) DO UPDATE SET
     trace_id        = COALESCE(excluded.trace_id, calls.trace_id),
     op_name         = IIF(excluded.started_at IS NULL, calls.op_name, excluded.op_name),
@@ -62,17 +67,24 @@ INSERT INTO calls (project_id, id, display_name, name_updated) VALUES (?1, ?2, N
 ON CONFLICT (project_id, id) DO UPDATE SET display_name = excluded.display_name, name_updated = 1
 ";
 
-/// Soft delete of the listed calls (?2, a JSON array) and every descendant.
-const DELETE_CALLS: &str = "
+/// Soft delete of the listed calls (?2, a JSON array) and every descendant; the children of a
+/// call are found through `calls_by_parent`, in each of the project's buckets.
+static DELETE_CALLS: LazyLock<String> = LazyLock::new(|| {
+    format!(
+        "
 WITH RECURSIVE doomed(id) AS (
     SELECT id FROM calls WHERE project_id = ?1 AND id IN (SELECT value FROM json_each(?2))
     UNION
-    SELECT c.id FROM calls c JOIN doomed d ON c.parent_id = d.id WHERE c.project_id = ?1
+    SELECT c.id FROM calls c JOIN doomed d ON c.parent_id = d.id
+    WHERE c.project_id = ?1 AND c.{}
 )
 UPDATE calls SET deleted_at = ?3
 WHERE project_id = ?1 AND deleted_at IS NULL AND started_at IS NOT NULL
   AND id IN (SELECT id FROM doomed)
-";
+",
+        buckets::IN_PROJECT.join("?1")
+    )
+});
 
 /// Rows buffered between the reading thread and the HTTP response.
 const STREAM_BUFFER: usize = 256;
@@ -86,6 +98,7 @@ fn upsert_part(
     conn: &WriteConn<'_>,
     p: &CallPart,
     end_status: Option<&'static str>,
+    bucket: i64,
 ) -> rusqlite::Result<i64> {
     let s = p.start.as_ref();
     let e = p.end.as_ref();
@@ -115,6 +128,7 @@ fn upsert_part(
             e.and_then(|e| e.wb_run_step_end).into(),
             e.and_then(|e| e.display_name.as_deref()).into(),
             end_status.into(),
+            Param::Int(bucket),
         ],
     )?;
     // An insert sets the last rowid; an update of the existing row leaves it as it was, and
@@ -187,10 +201,17 @@ impl CallStore for SqliteStore {
             parts.iter().map(|p| p.end.as_ref().and_then(EndPart::status)).collect();
         self.writer
             .exec(move |conn| {
-                // New rows of a batch are consecutive: their blocks are listed once each.
+                // New rows of a batch are consecutive: their blocks are listed once each, and
+                // they share a bucket, listed once for each project.
                 let mut listed = None;
+                let bucket = buckets::current(conn).map_err(backend)?;
+                let mut projects: Vec<&str> = Vec::new();
                 for (p, &status) in parts.iter().zip(&statuses) {
-                    let rowid = upsert_part(conn, p, status).map_err(backend)?;
+                    if !projects.contains(&p.project.as_str()) {
+                        buckets::list(conn, p.project.as_str(), bucket).map_err(backend)?;
+                        projects.push(p.project.as_str());
+                    }
+                    let rowid = upsert_part(conn, p, status, bucket).map_err(backend)?;
                     let block = Some(rowid >> text_index::BLOCK_SHIFT);
                     if block != listed {
                         text_index::pend(conn, rowid).map_err(backend)?;
@@ -220,7 +241,7 @@ impl CallStore for SqliteStore {
         self.writer
             .exec(move |conn| {
                 let n = conn
-                    .execute(DELETE_CALLS, params![project.as_str(), ids, Micros::now().0])
+                    .execute(&DELETE_CALLS, params![project.as_str(), ids, Micros::now().0])
                     .map_err(backend)?;
                 Ok(n as u64)
             })
@@ -513,5 +534,83 @@ mod tests {
             let count = store.count_calls(contains(path, needle)).await.unwrap();
             assert_eq!(count, want.len() as u64, "{path} {needle}");
         }
+    }
+
+    fn filtered(filter: serde_json::Value) -> CallsQuery {
+        serde_json::from_value::<CallsQueryReq>(json!({"project_id": "e/p", "filter": filter}))
+            .unwrap()
+            .validate()
+            .unwrap()
+    }
+
+    /// Trace, parent and root lookups go through the bucketed indexes: they find calls in every
+    /// bucket, rows from before migration 16 (bucket 0) and a call whose row a rename created,
+    /// and a delete follows children from one bucket into the next.
+    #[tokio::test]
+    async fn lookups_find_calls_in_every_bucket() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heddle.db");
+        {
+            let mut conn = Connection::open(&path).unwrap();
+            assert_eq!(migrations::migrate_to(&mut conn, 15).unwrap(), 15);
+            let legacy = "INSERT INTO calls (project_id, id, trace_id, parent_id, op_name, \
+                          started_at, attributes, inputs) VALUES ('e/p', ?1, 't', ?2, 'op', 1, \
+                          '{}', '{}')";
+            conn.execute(legacy, params!["a", None::<&str>]).unwrap();
+            conn.execute(legacy, params!["b", "a"]).unwrap();
+        }
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        // Rows of another project move the rowid on, and with it the bucket of the next batch.
+        let filler = Connection::open(&path).unwrap();
+        let skip_to = |rowid: i64| {
+            filler
+                .execute(
+                    "INSERT INTO calls (rowid, project_id, id) VALUES (?1, 'e/filler', ?1)",
+                    [rowid],
+                )
+                .unwrap();
+        };
+        let child = |id: &str, trace: &str, parent: Option<&str>| {
+            let mut p =
+                part(id, Some(StartPart { parent_id: parent.map(Into::into), ..start() }), None);
+            p.trace_id = Some(trace.into());
+            p
+        };
+        let project = ProjectId::parse("e/p").unwrap();
+        skip_to(10_000);
+        store.apply_call_parts(vec![child("c", "t", Some("b"))]).await.unwrap();
+        skip_to(100_000);
+        store.set_call_display_name(&project, "e", "renamed first").await.unwrap();
+        let batch =
+            vec![child("d", "t", Some("c")), child("e", "t", Some("a")), child("r", "u", None)];
+        store.apply_call_parts(batch).await.unwrap();
+
+        let buckets: BTreeMap<String, i64> = filler
+            .prepare("SELECT id, bucket FROM calls WHERE project_id = 'e/p'")
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let want = [("a", 0), ("b", 0), ("c", 1), ("d", 12), ("e", 0), ("r", 12)];
+        assert_eq!(buckets, want.map(|(id, b)| (id.to_owned(), b)).into());
+
+        let cases = [
+            (json!({"trace_ids": ["t"]}), vec!["a", "b", "c", "d", "e"]),
+            (json!({"trace_ids": ["u"]}), vec!["r"]),
+            (json!({"parent_ids": ["a"]}), vec!["b", "e"]),
+            (json!({"parent_ids": ["b", "c"]}), vec!["c", "d"]),
+            (json!({"trace_roots_only": true}), vec!["a", "r"]),
+            (json!({"trace_ids": ["t"], "trace_roots_only": true}), vec!["a"]),
+        ];
+        for (filter, want) in &cases {
+            assert_eq!(&ids(&store, filtered(filter.clone())).await, want, "{filter}");
+            let count = store.count_calls(filtered(filter.clone())).await.unwrap();
+            assert_eq!(count, want.len() as u64, "{filter}");
+        }
+
+        // b's subtree spans buckets 0, 1 and 12.
+        assert_eq!(store.delete_calls(&project, &["b".into()]).await.unwrap(), 3);
+        assert_eq!(ids(&store, filtered(json!({"trace_ids": ["t"]}))).await, ["a", "e"]);
     }
 }

@@ -10,6 +10,8 @@ use heddle_ql::sql::{Cast, Dialect, FieldSql, and_expr, order_by};
 use heddle_ql::{ConvertTo, Direction, Lit, ValueType};
 use rusqlite::types::Value;
 
+use super::buckets;
+
 /// The select list of a call row, in the order `row_to_call` reads it.
 pub fn call_columns(q: &CallsQuery) -> String {
     let keep = |wanted: bool, col: &str| if wanted { col.to_owned() } else { "NULL".to_owned() };
@@ -95,7 +97,8 @@ impl Dialect for Sql {
 /// The calls table, with the index a filter on trace or parent ids must use. The planner's
 /// sampled statistics cannot tell one trace (a handful of rows) from a whole project on a large
 /// database, and walking the time index for a trace's page took most of a second at a million
-/// calls; through the trace index it takes a millisecond (docs/storage.md#indexes).
+/// calls; through the trace index it takes a millisecond (docs/storage.md#indexes). Both
+/// indexes are bucketed: [`where_clause`] names the buckets to probe.
 fn calls_table(f: &CallsFilter) -> &'static str {
     match (&f.call_ids, &f.trace_ids, &f.parent_ids) {
         (None, Some(_), _) => "calls INDEXED BY calls_by_trace",
@@ -133,6 +136,13 @@ pub(crate) fn where_clause(sql: &mut Sql, q: &CallsQuery) {
     sql.push("project_id = ")
         .bind(q.project.as_str().to_owned())
         .push(" AND deleted_at IS NULL AND started_at IS NOT NULL");
+    // The trace and parent indexes have the bucket after the project: without its buckets
+    // neither can seek to a trace, a parent or the roots (docs/storage.md#buckets).
+    let f = &q.filter;
+    if f.trace_ids.is_some() || f.parent_ids.is_some() || f.trace_roots_only == Some(true) {
+        let [before, after] = buckets::IN_PROJECT;
+        sql.push(" AND ").push(before).bind(q.project.as_str().to_owned()).push(after);
+    }
     filter(sql, &q.filter);
     and_expr(sql, q.expr.as_ref());
 }

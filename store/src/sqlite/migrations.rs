@@ -21,6 +21,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0013_otel_logs.sql"),
     include_str!("migrations/0014_end_status.sql"),
     include_str!("migrations/0015_text_index.sql"),
+    include_str!("migrations/0016_call_buckets.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -69,6 +70,7 @@ mod tests {
                 "annotation_queues",
                 "api_keys",
                 "call_blob_chunks",
+                "call_buckets",
                 "calls",
                 "calls_text",
                 // FTS5's own tables behind `calls_text`.

@@ -8,6 +8,7 @@
 mod annotation_queues;
 mod blobs;
 mod borrowed;
+mod buckets;
 mod calls;
 mod checkpointer;
 // `functions` and `sql` are public for the fuzz targets, which render queries and run them on
