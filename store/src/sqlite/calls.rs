@@ -609,6 +609,20 @@ mod tests {
             assert_eq!(count, want.len() as u64, "{filter}");
         }
 
+        // Pages of a trace in time order (their rows are chosen by rowid first, then read):
+        // newest first, ties by id.
+        let mut pages = Vec::new();
+        for offset in [0, 2, 4] {
+            let req = json!({"project_id": "e/p", "filter": {"trace_ids": ["t"]}, "limit": 2,
+                             "offset": offset,
+                             "sort_by": [{"field": "started_at", "direction": "desc"}]});
+            let q = serde_json::from_value::<CallsQueryReq>(req).unwrap().validate().unwrap();
+            let calls: Vec<Call> =
+                store.query_calls(q).await.unwrap().map(Result::unwrap).collect().await;
+            pages.push(calls.into_iter().map(|c| c.id).collect::<Vec<_>>());
+        }
+        assert_eq!(pages, [vec!["c", "d"], vec!["e", "a"], vec!["b"]]);
+
         // b's subtree spans buckets 0, 1 and 12.
         assert_eq!(store.delete_calls(&project, &["b".into()]).await.unwrap(), 3);
         assert_eq!(ids(&store, filtered(json!({"trace_ids": ["t"]}))).await, ["a", "e"]);
