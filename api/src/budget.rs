@@ -65,11 +65,31 @@ impl MemoryBudget {
         self.admit(len * DECODE_FACTOR, held).await.map(Some)
     }
 
+    /// Makes sure `held` covers decoding a body of `len` bytes, as [`MemoryBudget::admit_body`]
+    /// charges it, topping it up only when it does not: a gzip body is inflated piece by piece
+    /// and asks before each piece. A body already holding the whole budget runs alone, as
+    /// [`MemoryBudget::admit`] lets it.
+    pub async fn reserve_body(
+        &self,
+        len: usize,
+        held: Option<Admitted>,
+    ) -> Result<Option<Admitted>, ApiError> {
+        if let Some(h) = &held {
+            let units = h.0.num_permits();
+            if units >= self.total_units as usize
+                || units * UNIT >= len.saturating_mul(DECODE_FACTOR)
+            {
+                return Ok(held);
+            }
+        }
+        self.admit_body(len, held).await
+    }
+
     /// Waits for room for `cost` bytes of decoding in all. A body is admitted in steps as more
     /// becomes known about it (its compressed size, what it inflated to, its JSON shape): each
     /// step tops up what `held` already has, and the permits add up in one [`Admitted`].
     pub async fn admit(&self, cost: usize, held: Option<Admitted>) -> Result<Admitted, ApiError> {
-        let units = (cost / UNIT).max(1);
+        let units = cost.div_ceil(UNIT).max(1);
         let held_units = held.as_ref().map_or(0, |a| a.0.num_permits());
         let units = units.saturating_sub(held_units).clamp(1, self.total_units as usize);
         let available_alone = self.total_units as usize - held_units;

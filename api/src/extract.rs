@@ -20,9 +20,7 @@ use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use serde::de::DeserializeOwned;
 
-use crate::budget::{
-    AdmissionSlot, Admitted, DECODE_FACTOR, MemoryBudget, UNCHARGED_BYTES, VALUE_COST,
-};
+use crate::budget::{AdmissionSlot, Admitted, MemoryBudget, UNCHARGED_BYTES, VALUE_COST};
 use crate::{ApiError, AppState};
 use heddle_proto::limits::{MAX_JSON_DEPTH, MAX_JSON_VALUES, json_shape};
 
@@ -159,12 +157,19 @@ impl Encoding {
     }
 
     /// The decoded body, at most `limit` bytes after decompression: a gzip bomb is cut off at
-    /// the limit (413) instead of being inflated into memory. CPU-bound for large bodies, so
-    /// hot paths call it off the async reactor.
-    pub fn decode(self, body: Bytes, limit: usize) -> Result<Bytes, ApiError> {
+    /// the limit (413) instead of being inflated into memory. `reserve(n)` is called before the
+    /// decoded body may grow to `n` bytes, and may refuse (the memory budget,
+    /// [`admit_and_decode`]). CPU-bound for large bodies, so hot paths call it off the async
+    /// reactor.
+    pub fn decode(
+        self,
+        body: Bytes,
+        limit: usize,
+        reserve: &mut dyn FnMut(usize) -> Result<(), ApiError>,
+    ) -> Result<Bytes, ApiError> {
         match self {
             Encoding::Identity => Ok(body),
-            Encoding::Gzip => inflate(&body, limit),
+            Encoding::Gzip => inflate(&body, limit, reserve),
         }
     }
 }
@@ -182,8 +187,14 @@ const INFLATE_PIECE: usize = 1 << 20;
 /// a body's chunks are ([`Chunks`]) and only if the whole stays within the limit, so a body
 /// refused at the limit never held one block of the limit's size: freed, such blocks stayed
 /// resident on every thread that had held one (docs/benchmarks.md, "Members written directly,
-/// span logs in one read, bodies joined once").
-fn inflate(body: &[u8], limit: usize) -> Result<Bytes, ApiError> {
+/// span logs in one read, bodies joined once"). Each buffer is reserved (`reserve`, the
+/// memory budget) before it is allocated, so many such bodies at once wait for room or are
+/// turned away instead of each inflating up to the limit.
+fn inflate(
+    body: &[u8],
+    limit: usize,
+    reserve: &mut dyn FnMut(usize) -> Result<(), ApiError>,
+) -> Result<Bytes, ApiError> {
     let too_large = || {
         ApiError::TooLarge(format!(
             "decompressed request body is larger than the server's limit of {limit} bytes"
@@ -201,7 +212,9 @@ fn inflate(body: &[u8], limit: usize) -> Result<Bytes, ApiError> {
     }
     let mut decoder = flate2::read::MultiGzDecoder::new(body).take(limit as u64 + 1);
     // One byte more than stated, so that an honest body ends within it.
-    let mut out = vec![0; stated.map_or(0, |n| n + 1)];
+    let first = stated.map_or(0, |n| n + 1);
+    reserve(first)?;
+    let mut out = vec![0; first];
     let filled = read_full(&mut decoder, &mut out)?;
     if filled < out.len() {
         out.truncate(filled);
@@ -210,6 +223,7 @@ fn inflate(body: &[u8], limit: usize) -> Result<Bytes, ApiError> {
     let mut held = Chunks::default();
     held.push(out.into());
     loop {
+        reserve((held.len + INFLATE_PIECE).min(limit + 1))?;
         let mut piece = vec![0; INFLATE_PIECE];
         let n = read_full(&mut decoder, &mut piece)?;
         if held.len + n > limit {
@@ -338,17 +352,32 @@ pub async fn admit_and_decode(
     state: &AppState,
     body: EncodedBody,
 ) -> Result<(Bytes, Option<Admitted>), ApiError> {
-    let limit = state.max_body_bytes;
+    decode_within(&state.memory_budget, state.max_body_bytes, body).await
+}
+
+async fn decode_within(
+    budget: &MemoryBudget,
+    limit: usize,
+    body: EncodedBody,
+) -> Result<(Bytes, Option<Admitted>), ApiError> {
     let admitted = body.admitted;
     if body.encoding == Encoding::Identity {
         return Ok((body.bytes, admitted));
     }
-    let bytes = blocking(move || body.encoding.decode(body.bytes, limit)).await?;
-    let admitted = match admitted {
-        None if bytes.len() <= UNCHARGED_BYTES => None,
-        held => Some(state.memory_budget.admit(bytes.len() * DECODE_FACTOR, held).await?),
-    };
-    Ok((bytes, admitted))
+    // Inflation reserves room before each buffer it allocates, waiting on the budget from the
+    // blocking pool; the room covers parsing what comes out, as a body read plain is charged.
+    let budget = budget.clone();
+    let runtime = tokio::runtime::Handle::current();
+    blocking(move || {
+        let mut admitted = admitted;
+        let mut reserve = |len: usize| {
+            admitted = runtime.block_on(budget.reserve_body(len, admitted.take()))?;
+            Ok(())
+        };
+        let bytes = body.encoding.decode(body.bytes, limit, &mut reserve)?;
+        Ok::<_, ApiError>((bytes, admitted))
+    })
+    .await
 }
 
 /// Runs CPU-bound request work (decoding, digesting) on the blocking pool.
@@ -410,23 +439,79 @@ mod tests {
         let mut rng = fastrand::Rng::with_seed(5);
         for len in [0, 1, 1000, 65_536, 65_537, 300_000, limit - 1, limit] {
             let plain: Vec<u8> = (0..len).map(|_| rng.u8(b'a'..=b'd')).collect();
-            assert_eq!(inflate(&gzip(&plain), limit).unwrap(), plain, "{len}");
+            assert_eq!(inflate(&gzip(&plain), limit, &mut |_| Ok(())).unwrap(), plain, "{len}");
         }
         for len in [limit + 1, 64 * limit] {
-            let refused = inflate(&gzip(&vec![b' '; len]), limit);
+            let refused = inflate(&gzip(&vec![b' '; len]), limit, &mut |_| Ok(()));
             assert!(matches!(refused, Err(ApiError::TooLarge(_))), "{len}");
         }
         // A bomb whose trailer understates its size is inflated to the limit and no further.
         let mut liar = gzip(&vec![b' '; 8 * limit]);
         let at = liar.len() - 4;
         liar[at..].copy_from_slice(&100u32.to_le_bytes());
-        assert!(matches!(inflate(&liar, limit), Err(ApiError::TooLarge(_))));
+        assert!(matches!(inflate(&liar, limit, &mut |_| Ok(())), Err(ApiError::TooLarge(_))));
         // Members after the first are inflated too, past the last one's stated size in pieces.
         let (a, b) = (vec![b'a'; 3 * INFLATE_PIECE + 7], vec![b'b'; 300]);
         let two = [gzip(&a), gzip(&b)].concat();
-        assert_eq!(inflate(&two, 8 * INFLATE_PIECE).unwrap(), [&a[..], &b[..]].concat());
-        assert!(matches!(inflate(&two, 3 * INFLATE_PIECE), Err(ApiError::TooLarge(_))));
-        assert!(matches!(inflate(b"not gzip", limit), Err(ApiError::BadRequest(_))));
+        assert_eq!(
+            inflate(&two, 8 * INFLATE_PIECE, &mut |_| Ok(())).unwrap(),
+            [&a[..], &b[..]].concat()
+        );
+        assert!(matches!(
+            inflate(&two, 3 * INFLATE_PIECE, &mut |_| Ok(())),
+            Err(ApiError::TooLarge(_))
+        ));
+        assert!(matches!(
+            inflate(b"not gzip", limit, &mut |_| Ok(())),
+            Err(ApiError::BadRequest(_))
+        ));
+    }
+
+    /// A gzip body that inflates past its stated size (a trailer that lies, or several members)
+    /// reserves room in the memory budget before
+    /// each buffer it inflates into, so it waits for room and is turned away with 503 instead of
+    /// inflating up to the limit first; the room covers parsing what came out.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn inflation_is_reserved_against_the_memory_budget() {
+        let limit = 32 * INFLATE_PIECE;
+        let mut liar = gzip(&vec![b' '; 8 * INFLATE_PIECE]);
+        let at = liar.len() - 4;
+        liar[at..].copy_from_slice(&100u32.to_le_bytes());
+        let encoded = |bytes: &[u8]| EncodedBody {
+            bytes: Bytes::copy_from_slice(bytes),
+            encoding: Encoding::Gzip,
+            admitted: None,
+        };
+        // Each buffer is reserved before it is allocated, never past the limit.
+        let mut asked = Vec::new();
+        let refused = inflate(&liar, 4 * INFLATE_PIECE, &mut |n| {
+            asked.push(n);
+            Ok(())
+        });
+        assert!(matches!(refused, Err(ApiError::TooLarge(_))));
+        assert_eq!(
+            asked,
+            [
+                101,
+                INFLATE_PIECE + 101,
+                2 * INFLATE_PIECE + 101,
+                3 * INFLATE_PIECE + 101,
+                4 * INFLATE_PIECE + 1
+            ]
+        );
+
+        // A body of two members grows past its last member's stated size the same way.
+        let two = [gzip(&vec![b'a'; 8 * INFLATE_PIECE]), gzip(b"b")].concat();
+        let budget = MemoryBudget::new(64 * INFLATE_PIECE);
+        let (bytes, held) = decode_within(&budget, limit, encoded(&two)).await.unwrap();
+        assert_eq!(bytes.len(), 8 * INFLATE_PIECE + 1);
+        assert!(held.unwrap().bytes() >= bytes.len() * crate::budget::DECODE_FACTOR);
+        // With most of the budget taken, both get 503 (after the admission wait).
+        let _most = budget.admit(60 * INFLATE_PIECE, None).await.unwrap();
+        let busy = [&two, &liar].map(|body| decode_within(&budget, limit, encoded(body)));
+        for busy in futures::future::join_all(busy).await {
+            assert!(matches!(busy, Err(ApiError::Overloaded(_))));
+        }
     }
 
     #[tokio::test]
@@ -457,13 +542,13 @@ mod tests {
         let (bytes, held) =
             read_body(chunked(8, 128 * 1024), limit, Some(1024 * 1024), &budget).await.unwrap();
         assert_eq!(bytes.len(), 1024 * 1024);
-        assert_eq!(held.unwrap().bytes(), 1024 * 1024 * DECODE_FACTOR);
+        assert_eq!(held.unwrap().bytes(), 1024 * 1024 * crate::budget::DECODE_FACTOR);
         // A body of unknown length is admitted as it grows: small ones not at all.
         let (_, held) = read_body(chunked(2, 64 * 1024), limit, None, &budget).await.unwrap();
         assert!(held.is_none());
         let (bytes, held) = read_body(chunked(24, 128 * 1024), limit, None, &budget).await.unwrap();
         assert_eq!(bytes.len(), 3 * 1024 * 1024);
-        assert!(held.unwrap().bytes() >= bytes.len() * DECODE_FACTOR);
+        assert!(held.unwrap().bytes() >= bytes.len() * crate::budget::DECODE_FACTOR);
         // With the budget taken, a large body is refused with 503, a small one still read.
         let _all = budget.admit(64 * 1024 * 1024, None).await.unwrap();
         tokio::time::pause();
