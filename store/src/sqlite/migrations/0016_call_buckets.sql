@@ -5,9 +5,7 @@
 -- rowid's stretch of 8,192 rows at insert, after `project_id`, new rows only touch the leaves of
 -- the newest bucket. A lookup probes each bucket its project has (listed in `call_buckets`) and
 -- bucket 0, which holds every row from before this migration (the column's default: nothing is
--- rewritten) and any row written without one. Both indexes end in `id`, the last key of every
--- sort, so a page of a trace or of a call's children is chosen from the index alone
--- (store/src/sqlite/compile.rs, select_calls).
+-- rewritten) and any row written without one.
 ALTER TABLE calls ADD COLUMN bucket INTEGER NOT NULL DEFAULT 0;
 CREATE TABLE call_buckets (
     project_id TEXT NOT NULL,
@@ -16,5 +14,5 @@ CREATE TABLE call_buckets (
 ) WITHOUT ROWID;
 DROP INDEX calls_by_trace;
 DROP INDEX calls_by_parent;
-CREATE INDEX calls_by_trace ON calls (project_id, bucket, trace_id, deleted_at, started_at, id);
-CREATE INDEX calls_by_parent ON calls (project_id, bucket, parent_id, deleted_at, started_at, id);
+CREATE INDEX calls_by_trace ON calls (project_id, bucket, trace_id, deleted_at, started_at);
+CREATE INDEX calls_by_parent ON calls (project_id, bucket, parent_id, deleted_at, started_at);
