@@ -61,6 +61,7 @@ pub(crate) struct CpuMeter {
     server0: Option<f64>,
     threads0: HashMap<String, f64>,
     bench0: Option<f64>,
+    written0: Option<u64>,
 }
 
 #[derive(Clone)]
@@ -69,6 +70,8 @@ pub(crate) struct CpuUse {
     pub(crate) bench: Option<f64>,
     /// The server thread that used the most CPU in the phase: name and share of the wall time.
     pub(crate) busiest: Option<(String, f64)>,
+    /// Bytes the server wrote to its files in the phase ([`written_bytes`]).
+    pub(crate) written: Option<u64>,
 }
 
 impl CpuMeter {
@@ -79,6 +82,7 @@ impl CpuMeter {
             server0: pid.and_then(|p| cpu_secs(&format!("/proc/{p}/stat")).map(|(_, s)| s)),
             threads0: pid.map(thread_cpu).unwrap_or_default(),
             bench0: cpu_secs("/proc/self/stat").map(|(_, s)| s),
+            written0: pid.and_then(written_bytes),
         }
     }
 
@@ -98,8 +102,19 @@ impl CpuMeter {
             server: diff(self.server0, cpu_secs(&format!("/proc/{pid}/stat")).map(|(_, s)| s)),
             bench: diff(self.bench0, cpu_secs("/proc/self/stat").map(|(_, s)| s)),
             busiest,
+            written: written_bytes(pid).zip(self.written0).map(|(b, a)| b.saturating_sub(a)),
         })
     }
+}
+
+/// Bytes the process has caused to be written to storage (`write_bytes` in `/proc/<pid>/io`),
+/// counted as it writes them into the page cache: for SQLite, its WAL frames and what
+/// checkpoints copy into the database file. Their ratio to the data stored is the write
+/// amplification that random index keys cause (docs/benchmarks.md, "Bucketed trace and parent
+/// indexes").
+fn written_bytes(pid: u32) -> Option<u64> {
+    let io = std::fs::read_to_string(format!("/proc/{pid}/io")).ok()?;
+    io.lines().find_map(|l| l.strip_prefix("write_bytes:"))?.trim().parse().ok()
 }
 
 /// utime + stime of a whole process (all its threads), in seconds.

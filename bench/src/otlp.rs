@@ -1107,9 +1107,12 @@ pub(crate) async fn run_embedded(args: &Args, bin: &Path) -> anyhow::Result<Meas
     println!(
         "| Transport | OK requests | Spans | Wall s | **Spans/s acked** | Spans/s per core | \
          Visible at ack (`query_stats`) | p50 ms | p99 ms | Wire B/span | Wire MB/s | Server CPU s \
-         | Spans per server CPU-s | Busiest server thread | Bench CPU s | Store B/span |"
+         | Spans per server CPU-s | Busiest server thread | Bench CPU s | Store B/span \
+         | Written B/span |"
     );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|");
+    println!(
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---|---:|---:|---:|"
+    );
     for r in &rows {
         println!("{}", r.line(machine.nproc as f64));
     }
@@ -1119,7 +1122,8 @@ pub(crate) async fn run_embedded(args: &Args, bin: &Path) -> anyhow::Result<Meas
          Per core = spans/s ÷ nproc ({}); the bench shares those CPUs (its CPU time is in the \
          bench column). p50/p99 are per request ({} spans). Wire bytes are the request bodies \
          (gRPC: messages as encoded, plus framing). Store B/span is the growth of the data \
-         directory (SQLite db + WAL) over the phase. Every phase streamed its project back: one \
+         directory (SQLite db + WAL) over the phase; written B/span is what the server wrote to its files \
+         meanwhile (`write_bytes` of /proc/<pid>/io: WAL frames and checkpoints). Every phase streamed its project back: one \
          call per span, each id once, the sample call as sent.",
         machine.nproc, args.otlp_batch,
     );
@@ -1159,6 +1163,12 @@ impl EmbeddedRow {
             0,
         );
         m.add(format!("{label}: store B/span"), self.store.map(|b| b as f64), 0);
+        m.add(format!("{label}: written B/span"), self.written_per_span().map(|b| b as f64), 0);
+    }
+
+    fn written_per_span(&self) -> Option<u64> {
+        let written = self.cpu.as_ref()?.written?;
+        Some(written / self.spans.max(1) as u64)
     }
 
     fn line(&self, nproc: f64) -> String {
@@ -1169,7 +1179,7 @@ impl EmbeddedRow {
         let server = c.and_then(|c| c.server);
         format!(
             "| {} | {} | {} | {secs:.3} | **{rate:.0}** | {:.0} | {} | {} | {} | {} | {:.1} | {} | \
-             {} | {} | {} | {} |",
+             {} | {} | {} | {} | {} |",
             self.t.label(),
             self.out.ok_requests,
             self.out.ok_calls,
@@ -1185,6 +1195,7 @@ impl EmbeddedRow {
                 .map_or("–".into(), |(n, share)| format!("`{n}` {:.0}%", share * 100.0)),
             opt(c.and_then(|c| c.bench), 2),
             self.store.map_or("–".into(), |b| b.to_string()),
+            self.written_per_span().map_or("–".into(), |b| b.to_string()),
         )
     }
 }
