@@ -65,32 +65,19 @@ impl MemoryBudget {
         self.admit(len * DECODE_FACTOR, held).await.map(Some)
     }
 
-    /// Makes sure `held` covers decoding a body of `len` bytes, as [`MemoryBudget::admit_body`]
-    /// charges it, topping it up only when it does not: a gzip body is inflated piece by piece
-    /// and asks before each piece. A body already holding the whole budget runs alone, as
-    /// [`MemoryBudget::admit`] lets it.
-    pub async fn reserve_body(
-        &self,
-        len: usize,
-        held: Option<Admitted>,
-    ) -> Result<Option<Admitted>, ApiError> {
-        if let Some(h) = &held {
-            let units = h.0.num_permits();
-            if units >= self.total_units as usize
-                || units * UNIT >= len.saturating_mul(DECODE_FACTOR)
-            {
-                return Ok(held);
-            }
-        }
-        self.admit_body(len, held).await
-    }
-
     /// Waits for room for `cost` bytes of decoding in all. A body is admitted in steps as more
-    /// becomes known about it (its compressed size, what it inflated to, its JSON shape): each
-    /// step tops up what `held` already has, and the permits add up in one [`Admitted`].
+    /// becomes known about it (its compressed size, what it inflated to, its JSON shape; a gzip
+    /// body before each piece it inflates): each step tops up what `held` already has, and the
+    /// permits add up in one [`Admitted`]. A step that `held` already covers, or that asks more
+    /// of a request already holding the whole budget (which runs alone), takes nothing more.
     pub async fn admit(&self, cost: usize, held: Option<Admitted>) -> Result<Admitted, ApiError> {
         let units = cost.div_ceil(UNIT).max(1);
         let held_units = held.as_ref().map_or(0, |a| a.0.num_permits());
+        if held_units >= units.min(self.total_units as usize)
+            && let Some(held) = held
+        {
+            return Ok(held);
+        }
         let units = units.saturating_sub(held_units).clamp(1, self.total_units as usize);
         let available_alone = self.total_units as usize - held_units;
         let units = units.min(available_alone.max(1)) as u32;
@@ -152,9 +139,15 @@ mod tests {
         let small = budget.admit(4 * 1024 * 1024, None).await.unwrap();
         let grown = budget.admit(8 * 1024 * 1024, Some(small)).await.unwrap();
         assert_eq!(grown.0.num_permits(), 8 * 1024);
-        drop(grown);
-        // A body bigger than the whole budget still runs alone.
+        // A step that what is held covers takes nothing more.
+        let covered = budget.admit(4 * 1024 * 1024, Some(grown)).await.unwrap();
+        assert_eq!(covered.0.num_permits(), 8 * 1024);
+        drop(covered);
+        // A body bigger than the whole budget still runs alone, and grows on without waiting
+        // for room that only it could give back.
         let huge = budget.admit(usize::MAX / 8, None).await.unwrap();
+        let huge = budget.admit(usize::MAX / 4, Some(huge)).await.unwrap();
+        assert_eq!(huge.0.num_permits(), 8 * 1024);
         // Small bodies need no room, even while the budget is full; larger ones wait.
         assert!(budget.admit_body(UNCHARGED_BYTES, None).await.unwrap().is_none());
         assert!(budget.admit_body(UNCHARGED_BYTES + 1, None).await.is_err());

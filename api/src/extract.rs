@@ -371,7 +371,7 @@ async fn decode_within(
     blocking(move || {
         let mut admitted = admitted;
         let mut reserve = |len: usize| {
-            admitted = runtime.block_on(budget.reserve_body(len, admitted.take()))?;
+            admitted = runtime.block_on(budget.admit_body(len, admitted.take()))?;
             Ok(())
         };
         let bytes = body.encoding.decode(body.bytes, limit, &mut reserve)?;
@@ -468,9 +468,9 @@ mod tests {
     }
 
     /// A gzip body that inflates past its stated size (a trailer that lies, or several members)
-    /// reserves room in the memory budget before
-    /// each buffer it inflates into, so it waits for room and is turned away with 503 instead of
-    /// inflating up to the limit first; the room covers parsing what came out.
+    /// reserves room in the memory budget before each buffer it inflates into, so it waits for
+    /// room and is turned away with 503 instead of inflating up to the limit first; the room
+    /// covers parsing what came out.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn inflation_is_reserved_against_the_memory_budget() {
         let limit = 32 * INFLATE_PIECE;
