@@ -1122,9 +1122,10 @@ pub(crate) async fn run_embedded(args: &Args, bin: &Path) -> anyhow::Result<Meas
          Per core = spans/s ÷ nproc ({}); the bench shares those CPUs (its CPU time is in the \
          bench column). p50/p99 are per request ({} spans). Wire bytes are the request bodies \
          (gRPC: messages as encoded, plus framing). Store B/span is the growth of the data \
-         directory (SQLite db + WAL) over the phase; written B/span is what the server wrote to its files \
-         meanwhile (`write_bytes` of /proc/<pid>/io: WAL frames and checkpoints). Every phase streamed its project back: one \
-         call per span, each id once, the sample call as sent.",
+         directory (SQLite db + WAL) over the phase; written B/span is what the server wrote to \
+         its files meanwhile (`write_bytes` of /proc/<pid>/io: WAL frames and checkpoints). \
+         Every phase streamed its project back: one call per span, each id once, the sample \
+         call as sent.",
         machine.nproc, args.otlp_batch,
     );
     println!("Load average (1 min) at start / end: {} / {}.", opt(load0, 2), opt(loadavg(), 2));
