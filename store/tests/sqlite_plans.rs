@@ -23,9 +23,11 @@ fn seeded(traces: usize) -> Connection {
     migrations::migrate(&mut conn).unwrap();
     let tx = conn.transaction().unwrap();
     {
+        tx.execute("INSERT INTO project_keys (project_key, project_id) VALUES (1, ?1)", [PROJECT])
+            .unwrap();
         let mut insert = tx
             .prepare(
-                "INSERT INTO calls (project_id, id, trace_id, parent_id, op_name, started_at, \
+                "INSERT INTO calls (project_key, id, trace_id, parent_id, op_name, started_at, \
                  ended_at, attributes, inputs, output, summary, exception) \
                  VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '{}', '{}', 'null', '{}', ?8)",
             )
@@ -42,7 +44,7 @@ fn seeded(traces: usize) -> Connection {
                 let start = 1_700_000_000_000_000 + n * 1000;
                 insert
                     .execute(rusqlite::params![
-                        PROJECT,
+                        1,
                         id,
                         trace,
                         parent,
@@ -89,20 +91,20 @@ fn ui_filters_use_their_index() {
         (
             "one trace",
             json!({"filter": {"trace_ids": ["trace-7"]}}),
-            Some("calls_by_trace (project_id=? AND bucket=? AND trace_id=?"),
-            "calls_by_trace (project_id=? AND bucket=? AND trace_id=?",
+            Some("calls_by_trace (project_key=? AND bucket=? AND trace_id=?"),
+            "calls_by_trace (project_key=? AND bucket=? AND trace_id=?",
         ),
         (
             "roots",
             json!({"filter": {"trace_roots_only": true}}),
             None,
-            "COVERING INDEX calls_by_parent (project_id=? AND bucket=? AND parent_id=?",
+            "COVERING INDEX calls_by_parent (project_key=? AND bucket=? AND parent_id=?",
         ),
         (
             "children",
             json!({"filter": {"parent_ids": ["p-1"]}}),
-            Some("calls_by_parent (project_id=? AND bucket=? AND parent_id=?"),
-            "COVERING INDEX calls_by_parent (project_id=? AND bucket=? AND parent_id=?",
+            Some("calls_by_parent (project_key=? AND bucket=? AND parent_id=?"),
+            "COVERING INDEX calls_by_parent (project_key=? AND bucket=? AND parent_id=?",
         ),
         (
             "one op",

@@ -85,13 +85,15 @@ fn database(pretest_and_index: bool) -> Connection {
         .unwrap();
     }
     migrations::migrate(&mut conn).unwrap();
+    conn.execute("INSERT INTO project_keys (project_key, project_id) VALUES (1, ?1)", [PROJECT])
+        .unwrap();
     for (i, inputs) in DOCUMENTS.iter().enumerate() {
         conn.execute(
-            "INSERT INTO calls (rowid, project_id, id, trace_id, op_name, started_at, \
+            "INSERT INTO calls (rowid, project_key, id, trace_id, op_name, started_at, \
              attributes, inputs, summary) VALUES (?1, ?2, ?3, ?3, 'op', ?4, '{}', ?5, '{}')",
             rusqlite::params![
                 BLOCK * (i as i64 + 1),
-                PROJECT,
+                1,
                 format!("c{i:02}"),
                 1_000 + i as i64,
                 inputs

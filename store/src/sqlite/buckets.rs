@@ -17,13 +17,21 @@ use rusqlite::{Connection, params};
 /// about fifty 16 KiB leaves; a million calls are 122 buckets.
 const SHIFT: u32 = 13;
 
-/// `bucket IN (...)` of one project's buckets, as the text before and after the placeholder of
-/// the project's id: the one rule every statement using the bucketed indexes follows.
-pub(crate) const IN_PROJECT: [&str; 2] =
-    ["bucket IN (SELECT bucket FROM call_buckets WHERE project_id = ", " UNION ALL SELECT 0)"];
+/// `bucket IN (...)` of the buckets of the project whose id is bound at the placeholder `$p`: the
+/// one rule every statement using the bucketed indexes follows.
+macro_rules! in_project {
+    ($p:literal) => {
+        concat!(
+            "bucket IN (SELECT bucket FROM call_buckets WHERE project_key = ",
+            $crate::sqlite::project_keys::key_of!($p),
+            " UNION ALL SELECT 0)"
+        )
+    };
+}
+pub(crate) use in_project;
 
 const NEXT_ROWID: &str = "SELECT IFNULL(MAX(rowid), 0) + 1 FROM calls";
-const LIST: &str = "INSERT OR IGNORE INTO call_buckets (project_id, bucket) VALUES (?1, ?2)";
+const LIST: &str = "INSERT OR IGNORE INTO call_buckets (project_key, bucket) VALUES (?1, ?2)";
 
 /// The bucket of a row inserted now: the stretch of the next rowid. A batch writes all its new
 /// rows into the bucket it started in, so a bucket may hold a batch more than 8,192 rows.
@@ -32,9 +40,9 @@ pub(crate) fn current(conn: &Connection) -> rusqlite::Result<i64> {
     Ok(next >> SHIFT)
 }
 
-/// Lists `bucket` for `project`, in the caller's transaction: before any of the project's rows
-/// is written into it, or lookups would not find that row.
-pub(crate) fn list(conn: &Connection, project: &str, bucket: i64) -> rusqlite::Result<()> {
+/// Lists `bucket` for the project of key `project`, in the caller's transaction: before any of
+/// the project's rows is written into it, or lookups would not find that row.
+pub(crate) fn list(conn: &Connection, project: i64, bucket: i64) -> rusqlite::Result<()> {
     conn.prepare_cached(LIST)?.execute(params![project, bucket])?;
     Ok(())
 }

@@ -1,8 +1,6 @@
 //! Calls on SQLite: one row per call in `calls`, upserted part by part; queries rendered by
 //! [`super::compile`].
 
-use std::sync::LazyLock;
-
 use async_trait::async_trait;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery, EndPart, derive_summary};
@@ -10,10 +8,12 @@ use heddle_proto::time::Micros;
 use rusqlite::{Row, params};
 
 use super::borrowed::Param;
-use super::values::{empty_object, project_id, raw};
+use super::buckets::{self, in_project};
+use super::project_keys::{self, key_of};
+use super::text_index;
+use super::values::{empty_object, raw};
 use super::writer::{WriteConn, backend};
 use super::{SqliteStore, sql};
-use super::{buckets, text_index};
 use crate::otel_logs::merge_span_logs;
 use crate::{CallStore, CallStream, Result};
 
@@ -23,16 +23,16 @@ use crate::{CallStore, CallStream, Result};
 /// The display name has three sources, highest rank first: a `/call/update` rename
 /// (`name_updated` = 1), the end part's name (`name_updated` = 2), the start's (0).
 /// A source only replaces a name of the same or a lower rank, whatever the arrival order.
-/// ?21 is the end part's name. ?23 is the bucket of a new row ([`buckets`]); an existing row
-/// keeps its own, which its project has listed.
+/// ?1 is the project's key ([`project_keys`]). ?21 is the end part's name. ?23 is the bucket of a
+/// new row ([`buckets`]); an existing row keeps its own, which its project has listed.
 const UPSERT_CALL_PART: &str = "
-INSERT INTO calls (project_id, id, trace_id, op_name, display_name, parent_id, thread_id, turn_id,
+INSERT INTO calls (project_key, id, trace_id, op_name, display_name, parent_id, thread_id, turn_id,
                    started_at, attributes, inputs, otel_dump, wb_user_id, wb_run_id, wb_run_step,
                    ended_at, summary, output, exception, wb_run_step_end, name_updated, end_status,
                    bucket)
 VALUES (?1, ?2, ?3, ?4, COALESCE(NULLIF(?21, ''), NULLIF(?5, '')), ?6, ?7, ?8, ?9, ?10, ?11, ?12,
         ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2), ?22, ?23)
-ON CONFLICT (project_id, id) DO UPDATE SET
+ON CONFLICT (project_key, id) DO UPDATE SET
     trace_id        = COALESCE(excluded.trace_id, calls.trace_id),
     op_name         = IIF(excluded.started_at IS NULL, calls.op_name, excluded.op_name),
     display_name    = CASE
@@ -62,29 +62,36 @@ ON CONFLICT (project_id, id) DO UPDATE SET
     end_status      = IIF(excluded.ended_at IS NULL, calls.end_status, excluded.end_status)
 ";
 
+/// ?1 is the project's key.
 const SET_DISPLAY_NAME: &str = "
-INSERT INTO calls (project_id, id, display_name, name_updated) VALUES (?1, ?2, NULLIF(?3, ''), 1)
-ON CONFLICT (project_id, id) DO UPDATE SET display_name = excluded.display_name, name_updated = 1
+INSERT INTO calls (project_key, id, display_name, name_updated) VALUES (?1, ?2, NULLIF(?3, ''), 1)
+ON CONFLICT (project_key, id) DO UPDATE SET display_name = excluded.display_name, name_updated = 1
 ";
 
-/// Soft delete of the listed calls (?2, a JSON array) and every descendant; the children of a
-/// call are found through `calls_by_parent`, in each of the project's buckets.
-static DELETE_CALLS: LazyLock<String> = LazyLock::new(|| {
-    format!(
-        "
+/// Soft delete of the listed calls (?2, a JSON array) of project ?1 (its id) and every
+/// descendant; the children of a call are found through `calls_by_parent`, in each of the
+/// project's buckets.
+const DELETE_CALLS: &str = concat!(
+    "
 WITH RECURSIVE doomed(id) AS (
-    SELECT id FROM calls WHERE project_id = ?1 AND id IN (SELECT value FROM json_each(?2))
+    SELECT id FROM calls WHERE project_key = ",
+    key_of!("?1"),
+    " AND id IN (SELECT value FROM json_each(?2))
     UNION
     SELECT c.id FROM calls c JOIN doomed d ON c.parent_id = d.id
-    WHERE c.project_id = ?1 AND c.{}
+    WHERE c.project_key = ",
+    key_of!("?1"),
+    " AND c.",
+    in_project!("?1"),
+    "
 )
 UPDATE calls SET deleted_at = ?3
-WHERE project_id = ?1 AND deleted_at IS NULL AND started_at IS NOT NULL
+WHERE project_key = ",
+    key_of!("?1"),
+    " AND deleted_at IS NULL AND started_at IS NOT NULL
   AND id IN (SELECT id FROM doomed)
-",
-        buckets::IN_PROJECT.join("?1")
-    )
-});
+"
+);
 
 /// Rows buffered between the reading thread and the HTTP response.
 const STREAM_BUFFER: usize = 256;
@@ -97,6 +104,7 @@ const STREAM_BUFFER: usize = 256;
 fn upsert_part(
     conn: &WriteConn<'_>,
     p: &CallPart,
+    project: i64,
     end_status: Option<&'static str>,
     bucket: i64,
 ) -> rusqlite::Result<i64> {
@@ -106,7 +114,7 @@ fn upsert_part(
     conn.execute_in_place(
         UPSERT_CALL_PART,
         &[
-            p.project.as_str().into(),
+            Param::Int(project),
             p.id.as_str().into(),
             p.trace_id.as_deref().into(),
             s.map(|s| s.op_name.as_str()).into(),
@@ -137,20 +145,20 @@ fn upsert_part(
         r if r != before => Ok(r),
         _ => conn
             .prepare_cached(ROWID_OF_CALL)?
-            .query_row(params![p.project.as_str(), p.id.as_str()], |r| r.get(0)),
+            .query_row(params![project, p.id.as_str()], |r| r.get(0)),
     }
 }
 
-const ROWID_OF_CALL: &str = "SELECT rowid FROM calls WHERE project_id = ?1 AND id = ?2";
+const ROWID_OF_CALL: &str = "SELECT rowid FROM calls WHERE project_key = ?1 AND id = ?2";
 
-/// Builds a [`Call`] from a row selected with [`sql::call_columns`].
-fn row_to_call(r: &Row<'_>) -> rusqlite::Result<Call> {
-    let op_name: String = r.get(2)?;
-    let display_name: Option<String> = r.get(3)?;
-    let started_at = Micros(r.get(8)?);
-    let ended_at = r.get::<_, Option<i64>>(9)?.map(Micros);
-    let exception: Option<String> = r.get(13)?;
-    let summary: Option<String> = r.get(14)?;
+/// Builds a [`Call`] of `project` from a row selected with [`sql::call_columns`].
+fn row_to_call(r: &Row<'_>, project: &ProjectId) -> rusqlite::Result<Call> {
+    let op_name: String = r.get(1)?;
+    let display_name: Option<String> = r.get(2)?;
+    let started_at = Micros(r.get(7)?);
+    let ended_at = r.get::<_, Option<i64>>(8)?.map(Micros);
+    let exception: Option<String> = r.get(12)?;
+    let summary: Option<String> = r.get(13)?;
     let summary = derive_summary(
         summary.as_deref(),
         display_name.as_deref(),
@@ -161,27 +169,27 @@ fn row_to_call(r: &Row<'_>) -> rusqlite::Result<Call> {
     );
     Ok(Call {
         id: r.get(0)?,
-        project_id: project_id(&r.get::<_, String>(1)?)?,
+        project_id: project.clone(),
         op_name,
         display_name,
-        trace_id: r.get::<_, Option<String>>(4)?.unwrap_or_default(),
-        parent_id: r.get(5)?,
-        thread_id: r.get(6)?,
-        turn_id: r.get(7)?,
+        trace_id: r.get::<_, Option<String>>(3)?.unwrap_or_default(),
+        parent_id: r.get(4)?,
+        thread_id: r.get(5)?,
+        turn_id: r.get(6)?,
         started_at,
         ended_at,
-        attributes: raw(r.get(10)?)?.unwrap_or_else(empty_object),
-        inputs: raw(r.get(11)?)?.unwrap_or_else(empty_object),
-        output: raw(r.get(12)?)?,
+        attributes: raw(r.get(9)?)?.unwrap_or_else(empty_object),
+        inputs: raw(r.get(10)?)?.unwrap_or_else(empty_object),
+        output: raw(r.get(11)?)?,
         exception,
         summary,
-        otel_dump: raw(r.get(15)?)?,
-        wb_user_id: r.get(16)?,
+        otel_dump: raw(r.get(14)?)?,
+        wb_user_id: r.get(15)?,
         wb_username: None,
-        wb_run_id: r.get(17)?,
-        wb_run_step: r.get(18)?,
-        wb_run_step_end: r.get(19)?,
-        deleted_at: r.get::<_, Option<i64>>(20)?.map(Micros),
+        wb_run_id: r.get(16)?,
+        wb_run_step: r.get(17)?,
+        wb_run_step_end: r.get(18)?,
+        deleted_at: r.get::<_, Option<i64>>(19)?.map(Micros),
         expire_at: None,
         storage_size_bytes: None,
         total_storage_size_bytes: None,
@@ -202,16 +210,23 @@ impl CallStore for SqliteStore {
         self.writer
             .exec(move |conn| {
                 // New rows of a batch are consecutive: their blocks are listed once each, and
-                // they share a bucket, listed once for each project.
+                // they share a bucket, listed once for each project, whose key is looked up
+                // once.
                 let mut listed = None;
                 let bucket = buckets::current(conn).map_err(backend)?;
-                let mut projects: Vec<&str> = Vec::new();
+                let mut projects: Vec<(&str, i64)> = Vec::new();
                 for (p, &status) in parts.iter().zip(&statuses) {
-                    if !projects.contains(&p.project.as_str()) {
-                        buckets::list(conn, p.project.as_str(), bucket).map_err(backend)?;
-                        projects.push(p.project.as_str());
-                    }
-                    let rowid = upsert_part(conn, p, status, bucket).map_err(backend)?;
+                    let project = match projects.iter().find(|(id, _)| *id == p.project.as_str()) {
+                        Some(&(_, key)) => key,
+                        None => {
+                            let key =
+                                project_keys::key(conn, p.project.as_str()).map_err(backend)?;
+                            buckets::list(conn, key, bucket).map_err(backend)?;
+                            projects.push((p.project.as_str(), key));
+                            key
+                        }
+                    };
+                    let rowid = upsert_part(conn, p, project, status, bucket).map_err(backend)?;
                     let block = Some(rowid >> text_index::BLOCK_SHIFT);
                     if block != listed {
                         text_index::pend(conn, rowid).map_err(backend)?;
@@ -227,8 +242,9 @@ impl CallStore for SqliteStore {
         let (project, id, name) = (project.clone(), id.to_owned(), name.to_owned());
         self.writer
             .exec(move |conn| {
+                let key = project_keys::key(conn, project.as_str()).map_err(backend)?;
                 conn.prepare_cached(SET_DISPLAY_NAME)
-                    .and_then(|mut st| st.execute(params![project.as_str(), id, name]))
+                    .and_then(|mut st| st.execute(params![key, id, name]))
                     .map_err(backend)?;
                 Ok(())
             })
@@ -241,7 +257,7 @@ impl CallStore for SqliteStore {
         self.writer
             .exec(move |conn| {
                 let n = conn
-                    .execute(&DELETE_CALLS, params![project.as_str(), ids, Micros::now().0])
+                    .execute(DELETE_CALLS, params![project.as_str(), ids, Micros::now().0])
                     .map_err(backend)?;
                 Ok(n as u64)
             })
@@ -250,7 +266,7 @@ impl CallStore for SqliteStore {
 
     async fn query_calls(&self, q: CallsQuery) -> Result<CallStream> {
         let statement = sql::select_calls(&q);
-        let columns = q.columns;
+        let (columns, project) = (q.columns, q.project);
         let pool = self.readers.clone();
         let (tx, rx) = tokio::sync::mpsc::channel::<Result<Call>>(STREAM_BUFFER);
         tokio::task::spawn_blocking(move || {
@@ -261,7 +277,7 @@ impl CallStore for SqliteStore {
                     .query(rusqlite::params_from_iter(statement.params.iter()))
                     .map_err(backend)?;
                 while let Some(row) = rows.next().map_err(backend)? {
-                    let call = row_to_call(row).map_err(backend)?;
+                    let call = row_to_call(row, &project).map_err(backend)?;
                     if tx.blocking_send(Ok(call)).is_err() {
                         break; // the client went away: stop reading
                     }
@@ -565,7 +581,7 @@ mod tests {
         let skip_to = |rowid: i64| {
             filler
                 .execute(
-                    "INSERT INTO calls (rowid, project_id, id) VALUES (?1, 'e/filler', ?1)",
+                    "INSERT INTO calls (rowid, project_key, id) VALUES (?1, 1000, ?1)",
                     [rowid],
                 )
                 .unwrap();
@@ -586,7 +602,7 @@ mod tests {
         store.apply_call_parts(batch).await.unwrap();
 
         let buckets: BTreeMap<String, i64> = filler
-            .prepare("SELECT id, bucket FROM calls WHERE project_id = 'e/p'")
+            .prepare(concat!("SELECT id, bucket FROM calls WHERE project_key = ", key_of!("'e/p'")))
             .unwrap()
             .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
             .unwrap()

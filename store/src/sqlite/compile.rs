@@ -3,21 +3,23 @@
 //! parameters; the only text spliced in is column names and operators chosen from enums here.
 
 use heddle_proto::calls::{
-    CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
+    CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
 };
 use heddle_proto::feedback::{FeedbackField, FeedbackQuery};
 use heddle_ql::sql::{Cast, Dialect, FieldSql, and_expr, order_by};
 use heddle_ql::{ConvertTo, Direction, Lit, ValueType};
 use rusqlite::types::Value;
 
-use super::buckets;
+use super::buckets::in_project;
+use super::project_keys::{ID_OF_ROW, key_of};
 
-/// The select list of a call row, in the order `row_to_call` reads it.
+/// The select list of a call row, in the order `row_to_call` reads it. The project is the
+/// query's, not read from the row.
 pub fn call_columns(q: &CallsQuery) -> String {
     let keep = |wanted: bool, col: &str| if wanted { col.to_owned() } else { "NULL".to_owned() };
     let c = q.columns;
     format!(
-        "id, project_id, op_name, display_name, trace_id, parent_id, thread_id, turn_id, \
+        "id, op_name, display_name, trace_id, parent_id, thread_id, turn_id, \
          started_at, ended_at, {}, {}, {}, exception, summary, {}, wb_user_id, wb_run_id, \
          wb_run_step, wb_run_step_end, deleted_at",
         keep(c.is_none_or(|c| c.attributes), "attributes"),
@@ -155,15 +157,16 @@ pub fn count_calls(q: &CallsQuery) -> Sql {
 }
 
 pub(crate) fn where_clause(sql: &mut Sql, q: &CallsQuery) {
-    sql.push("project_id = ")
-        .bind(q.project.as_str().to_owned())
-        .push(" AND deleted_at IS NULL AND started_at IS NOT NULL");
+    let project = || Value::Text(q.project.as_str().to_owned());
+    sql.push("project_key = ").push(key_of!("?"));
+    sql.params.push(project());
+    sql.push(" AND deleted_at IS NULL AND started_at IS NOT NULL");
     // The trace and parent indexes have the bucket after the project: without its buckets
     // neither can seek to a trace, a parent or the roots (docs/storage.md#buckets).
     let f = &q.filter;
     if f.trace_ids.is_some() || f.parent_ids.is_some() || f.trace_roots_only == Some(true) {
-        let [before, after] = buckets::IN_PROJECT;
-        sql.push(" AND ").push(before).bind(q.project.as_str().to_owned()).push(after);
+        sql.push(" AND ").push(in_project!("?"));
+        sql.params.push(project());
     }
     filter(sql, &q.filter);
     and_expr(sql, q.expr.as_ref());
@@ -261,6 +264,10 @@ const STATUS_SQL: &str = "COALESCE(end_status, CASE WHEN exception IS NOT NULL T
 
 pub(crate) fn field(sql: &mut Sql, f: &CallField) {
     match f {
+        // Rows name their project by its key (docs/storage.md#project-keys).
+        CallField::Column(CallColumn::ProjectId) => {
+            sql.push(ID_OF_ROW);
+        }
         CallField::Column(c) => {
             sql.push(c.name());
         }
@@ -322,10 +329,9 @@ pub(crate) fn feedback_of_call(sql: &mut Sql, sel: &FeedbackSel) {
             sql.push("COALESCE(f.trigger_ref, '')");
         }
     }
-    sql.push(
-        " AS v, f.created_at AS t, f.id AS i FROM feedback f WHERE f.project_id = calls.project_id \
-         AND f.weave_ref = 'weave:///' || calls.project_id || '/call/' || calls.id",
-    );
+    sql.push(" AS v, f.created_at AS t, f.id AS i FROM feedback f WHERE f.project_id = ");
+    sql.push(ID_OF_ROW).push(" AND f.weave_ref = 'weave:///' || ").push(ID_OF_ROW);
+    sql.push(" || '/call/' || calls.id");
     if let Some(ty) = &sel.feedback_type {
         sql.push(" AND f.feedback_type = ").bind(ty.clone());
     }

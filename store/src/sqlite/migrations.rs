@@ -22,6 +22,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0014_end_status.sql"),
     include_str!("migrations/0015_text_index.sql"),
     include_str!("migrations/0016_call_buckets.sql"),
+    include_str!("migrations/0017_project_keys.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -88,6 +89,7 @@ mod tests {
                 "object_tags",
                 "objects",
                 "otel_logs",
+                "project_keys",
                 "project_settings",
                 "table_rows",
                 "tables"

@@ -22,6 +22,7 @@ mod keys;
 pub mod migrations;
 mod objects;
 mod otel_logs;
+mod project_keys;
 mod project_settings;
 mod projects;
 pub mod sql;
@@ -169,8 +170,8 @@ mod tests {
         migrations::migrate(&mut conn).unwrap();
         for i in 0..200 {
             conn.execute(
-                "INSERT INTO calls (project_id, id, trace_id, op_name, started_at, attributes, \
-                 inputs, summary) VALUES ('e/p', ?1, ?2, 'op', ?3, '{}', '{}', '{}')",
+                "INSERT INTO calls (project_key, id, trace_id, op_name, started_at, attributes, \
+                 inputs, summary) VALUES (1, ?1, ?2, 'op', ?3, '{}', '{}', '{}')",
                 params![format!("id{i}"), format!("t{}", i % 7), i],
             )
             .unwrap();
@@ -178,13 +179,13 @@ mod tests {
         analyze(&conn);
         let mut st = conn
             .prepare(
-                "SELECT id FROM calls WHERE project_id = ?1 AND trace_id = ?2 ORDER BY started_at \
+                "SELECT id FROM calls WHERE project_key = ?1 AND trace_id = ?2 ORDER BY started_at \
                  LIMIT ?3",
             )
             .unwrap();
         for (trace, limit) in [("t1", 5i64), ("t2", 50), ("t3", 1)] {
             let ids: Vec<String> = st
-                .query_map(params!["e/p", trace, limit], |r| r.get(0))
+                .query_map(params![1, trace, limit], |r| r.get(0))
                 .unwrap()
                 .collect::<rusqlite::Result<_>>()
                 .unwrap();

@@ -9,6 +9,7 @@ use heddle_proto::time::Micros;
 use rusqlite::params;
 
 use super::SqliteStore;
+use super::project_keys::key_of;
 use super::values::project_id;
 use super::writer::backend;
 use crate::Result;
@@ -25,8 +26,12 @@ const RETENTION_PROJECTS: &str = "SELECT project_id, value FROM project_settings
     WHERE name = 'retention_days' AND value != 'null' ORDER BY project_id";
 
 /// Calls started before the cutoff, deleted or not (docs/storage.md#retention).
-const PURGE_CALLS: &str = "DELETE FROM calls WHERE rowid IN (
-    SELECT rowid FROM calls WHERE project_id = ?1 AND started_at < ?2 LIMIT ?3)";
+const PURGE_CALLS: &str = concat!(
+    "DELETE FROM calls WHERE rowid IN (
+    SELECT rowid FROM calls WHERE project_key = ",
+    key_of!("?1"),
+    " AND started_at < ?2 LIMIT ?3)"
+);
 
 const PURGE_FEEDBACK: &str = "DELETE FROM feedback WHERE rowid IN (
     SELECT rowid FROM feedback WHERE project_id = ?1 AND created_at < ?2 LIMIT ?3)";
@@ -34,28 +39,36 @@ const PURGE_FEEDBACK: &str = "DELETE FROM feedback WHERE rowid IN (
 /// Files created before ?2 that nothing still stored in the project names: no object version,
 /// table row, or call (calls older than the cutoff are purged first, so these are the younger
 /// ones). Run on a reader: the scan may be long, and must not hold the writer.
-const UNREFERENCED_FILES: &str = "
+const UNREFERENCED_FILES: &str = concat!(
+    "
 SELECT f.digest FROM files f INDEXED BY files_by_created
 WHERE f.project_id = ?1 AND f.created_at < ?2
   AND NOT EXISTS (SELECT 1 FROM objects o WHERE o.project_id = ?1 AND instr(o.val, f.digest) > 0)
   AND NOT EXISTS (SELECT 1 FROM table_rows t WHERE t.project_id = ?1 AND instr(t.val, f.digest) > 0)
-  AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.project_id = ?1
+  AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.project_key = ",
+    key_of!("?1"),
+    "
                   AND (instr(c.inputs, f.digest) > 0 OR instr(c.output, f.digest) > 0
                        OR instr(c.attributes, f.digest) > 0))
-ORDER BY f.created_at LIMIT ?3";
+ORDER BY f.created_at LIMIT ?3"
+);
 
 /// Deletes a file found unreferenced, unless something written since the search began (?4, less
 /// [`RECHECK_SLACK_MICROS`] for calls, whose times the client sets) names it. Recent rows are found
 /// through the time indexes, so the re-check is cheap on the writer.
-const PURGE_FILE: &str = "
+const PURGE_FILE: &str = concat!(
+    "
 DELETE FROM files WHERE project_id = ?1 AND digest = ?2 AND created_at < ?3
   AND NOT EXISTS (SELECT 1 FROM objects o WHERE o.project_id = ?1 AND o.created_at >= ?4
                   AND instr(o.val, ?2) > 0)
   AND NOT EXISTS (SELECT 1 FROM table_rows t WHERE t.project_id = ?1 AND t.created_at >= ?4
                   AND instr(t.val, ?2) > 0)
-  AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.project_id = ?1 AND c.started_at >= ?5
+  AND NOT EXISTS (SELECT 1 FROM calls c WHERE c.project_key = ",
+    key_of!("?1"),
+    " AND c.started_at >= ?5
                   AND (instr(c.inputs, ?2) > 0 OR instr(c.output, ?2) > 0
-                       OR instr(c.attributes, ?2) > 0))";
+                       OR instr(c.attributes, ?2) > 0))"
+);
 
 /// How far before the search calls are re-checked: a client may report a start a little in the
 /// past.

@@ -1,5 +1,6 @@
-//! Projects on SQLite: the list is one pass over the live-calls index (`calls_live_by_start`),
-//! which holds every column the aggregation needs; storage sizes sum the content columns' bytes.
+//! Projects on SQLite: the list is one pass over the live-calls index (`calls_live_by_start`)
+//! per project key in range, which holds every column the aggregation needs; storage sizes sum
+//! the content columns' bytes.
 
 use async_trait::async_trait;
 use heddle_proto::ProjectId;
@@ -7,24 +8,30 @@ use heddle_proto::time::Micros;
 use rusqlite::params;
 
 use super::SqliteStore;
+use super::project_keys::key_of;
 use super::writer::backend;
 use crate::{ProjectInfo, ProjectStore, Result, StorageSizes};
 
 /// `?1`/`?2` bound the project ids to one entity (`entity/` up to `entity0`: `0` follows `/`).
-const LIST: &str = "SELECT project_id, COUNT(*), MAX(started_at) FROM calls \
-                    WHERE deleted_at IS NULL AND started_at IS NOT NULL \
-                    AND project_id >= ?1 AND project_id < ?2 \
-                    GROUP BY project_id ORDER BY 3 DESC, 1 LIMIT ?3";
+const LIST: &str = "SELECT k.project_id, COUNT(*), MAX(c.started_at) \
+                    FROM project_keys k JOIN calls c ON c.project_key = k.project_key \
+                    WHERE c.deleted_at IS NULL AND c.started_at IS NOT NULL \
+                    AND k.project_id >= ?1 AND k.project_id < ?2 \
+                    GROUP BY k.project_key ORDER BY 3 DESC, 1 LIMIT ?3";
 
 /// Content bytes per resource (`octet_length`: bytes, where `length` counts characters).
-const SIZES: &str = "SELECT \
+const SIZES: &str = concat!(
+    "SELECT \
     (SELECT COALESCE(SUM(COALESCE(octet_length(attributes), 0) + COALESCE(octet_length(inputs), 0) \
         + COALESCE(octet_length(output), 0) + COALESCE(octet_length(summary), 0) \
         + COALESCE(octet_length(exception), 0) + COALESCE(octet_length(otel_dump), 0)), 0) \
-     FROM calls WHERE project_id = ?1 AND deleted_at IS NULL), \
+     FROM calls WHERE project_key = ",
+    key_of!("?1"),
+    " AND deleted_at IS NULL), \
     (SELECT COALESCE(SUM(octet_length(val)), 0) FROM objects \
      WHERE project_id = ?1 AND deleted_at IS NULL), \
-    (SELECT COALESCE(SUM(size_bytes), 0) FROM table_rows WHERE project_id = ?1)";
+    (SELECT COALESCE(SUM(size_bytes), 0) FROM table_rows WHERE project_id = ?1)"
+);
 
 #[async_trait]
 impl ProjectStore for SqliteStore {

@@ -7,17 +7,22 @@ use heddle_proto::time::Micros;
 use rusqlite::params;
 
 use super::SqliteStore;
+use super::project_keys::key_of;
 use super::writer::backend;
 use crate::{Result, ThreadStore};
 
 /// The live turn calls of a project (served by the partial index `calls_turns`); ?2 is NULL or
 /// a JSON array of the thread ids wanted.
-const SELECT_TURNS: &str = "
+const SELECT_TURNS: &str = concat!(
+    "
 SELECT thread_id, id, started_at, ended_at FROM calls
-WHERE project_id = ?1 AND turn_id = id AND thread_id != ''
+WHERE project_key = ",
+    key_of!("?1"),
+    " AND turn_id = id AND thread_id != ''
   AND deleted_at IS NULL AND started_at IS NOT NULL
   AND (?2 IS NULL OR thread_id IN (SELECT value FROM json_each(?2)))
-";
+"
+);
 
 #[async_trait]
 impl ThreadStore for SqliteStore {
