@@ -10,10 +10,10 @@ use rusqlite::{Row, params};
 use super::borrowed::Param;
 use super::buckets::{self, in_project};
 use super::project_keys::{self, key_of};
-use super::text_index;
 use super::values::{empty_object, raw};
 use super::writer::{WriteConn, backend};
 use super::{SqliteStore, sql};
+use super::{otel_resources, text_index};
 use crate::otel_logs::merge_span_logs;
 use crate::{CallStore, CallStream, Result};
 
@@ -24,14 +24,15 @@ use crate::{CallStore, CallStream, Result};
 /// (`name_updated` = 1), the end part's name (`name_updated` = 2), the start's (0).
 /// A source only replaces a name of the same or a lower rank, whatever the arrival order.
 /// ?1 is the project's key ([`project_keys`]). ?21 is the end part's name. ?23 is the bucket of a
-/// new row ([`buckets`]); an existing row keeps its own, which its project has listed.
+/// new row ([`buckets`]); an existing row keeps its own, which its project has listed. ?24 is the
+/// id of the resource taken out of the dump, ?12 ([`otel_resources`]).
 const UPSERT_CALL_PART: &str = "
 INSERT INTO calls (project_key, id, trace_id, op_name, display_name, parent_id, thread_id, turn_id,
                    started_at, attributes, inputs, otel_dump, wb_user_id, wb_run_id, wb_run_step,
                    ended_at, summary, output, exception, wb_run_step_end, name_updated, end_status,
-                   bucket)
+                   bucket, otel_resource)
 VALUES (?1, ?2, ?3, ?4, COALESCE(NULLIF(?21, ''), NULLIF(?5, '')), ?6, ?7, ?8, ?9, ?10, ?11, ?12,
-        ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2), ?22, ?23)
+        ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2), ?22, ?23, ?24)
 ON CONFLICT (project_key, id) DO UPDATE SET
     trace_id        = COALESCE(excluded.trace_id, calls.trace_id),
     op_name         = IIF(excluded.started_at IS NULL, calls.op_name, excluded.op_name),
@@ -51,6 +52,7 @@ ON CONFLICT (project_key, id) DO UPDATE SET
     attributes      = IIF(excluded.started_at IS NULL, calls.attributes, excluded.attributes),
     inputs          = IIF(excluded.started_at IS NULL, calls.inputs, excluded.inputs),
     otel_dump       = IIF(excluded.started_at IS NULL, calls.otel_dump, excluded.otel_dump),
+    otel_resource   = IIF(excluded.started_at IS NULL, calls.otel_resource, excluded.otel_resource),
     wb_user_id      = IIF(excluded.started_at IS NULL, calls.wb_user_id, excluded.wb_user_id),
     wb_run_id       = IIF(excluded.started_at IS NULL, calls.wb_run_id, excluded.wb_run_id),
     wb_run_step     = IIF(excluded.started_at IS NULL, calls.wb_run_step, excluded.wb_run_step),
@@ -96,6 +98,19 @@ WHERE project_key = ",
 /// Rows buffered between the reading thread and the HTTP response.
 const STREAM_BUFFER: usize = 256;
 
+/// Where a new row goes: its project's key and its bucket.
+#[derive(Clone, Copy)]
+struct Place {
+    project: i64,
+    bucket: i64,
+}
+
+/// The `otel_dump` a row stores: as sent, or split from its resource ([`otel_resources`]).
+struct Dump<'a> {
+    text: Option<&'a str>,
+    resource: Option<i64>,
+}
+
 /// Writes one part with [`UPSERT_CALL_PART`], its texts read in place
 /// ([`WriteConn::execute_in_place`]): a part's members are most of its bytes. `end_status` is
 /// the end's [`EndPart::status`], read before the job reaches the writer; where it is `None`,
@@ -104,9 +119,9 @@ const STREAM_BUFFER: usize = 256;
 fn upsert_part(
     conn: &WriteConn<'_>,
     p: &CallPart,
-    project: i64,
     end_status: Option<&'static str>,
-    bucket: i64,
+    Place { project, bucket }: Place,
+    dump: Dump<'_>,
 ) -> rusqlite::Result<i64> {
     let s = p.start.as_ref();
     let e = p.end.as_ref();
@@ -125,7 +140,7 @@ fn upsert_part(
             s.map(|s| s.started_at.0).into(),
             s.map(|s| s.attributes.as_str()).into(),
             s.map(|s| s.inputs.as_str()).into(),
-            s.and_then(|s| s.otel_dump.as_deref()).into(),
+            dump.text.into(),
             s.and_then(|s| s.wb_user_id.as_deref()).into(),
             s.and_then(|s| s.wb_run_id.as_deref()).into(),
             s.and_then(|s| s.wb_run_step).into(),
@@ -137,6 +152,7 @@ fn upsert_part(
             e.and_then(|e| e.display_name.as_deref()).into(),
             end_status.into(),
             Param::Int(bucket),
+            dump.resource.into(),
         ],
     )?;
     // An insert sets the last rowid; an update of the existing row leaves it as it was, and
@@ -183,7 +199,7 @@ fn row_to_call(r: &Row<'_>, project: &ProjectId) -> rusqlite::Result<Call> {
         output: raw(r.get(11)?)?,
         exception,
         summary,
-        otel_dump: raw(r.get(14)?)?,
+        otel_dump: raw(whole_dump(r.get(14)?, r.get(20)?))?,
         wb_user_id: r.get(15)?,
         wb_username: None,
         wb_run_id: r.get(16)?,
@@ -196,6 +212,15 @@ fn row_to_call(r: &Row<'_>, project: &ProjectId) -> rusqlite::Result<Call> {
     })
 }
 
+/// A stored dump with its resource back in place, if it was taken out. A dump that does not
+/// take it back (which the writer never stores) reads as stored.
+fn whole_dump(stored: Option<String>, resource: Option<String>) -> Option<String> {
+    match (stored, resource) {
+        (Some(dump), Some(resource)) => otel_resources::join(&dump, &resource).or(Some(dump)),
+        (dump, _) => dump,
+    }
+}
+
 fn stream_from<T: Send + 'static>(
     mut rx: tokio::sync::mpsc::Receiver<T>,
 ) -> impl futures::Stream<Item = T> + Send {
@@ -205,17 +230,23 @@ fn stream_from<T: Send + 'static>(
 #[async_trait]
 impl CallStore for SqliteStore {
     async fn apply_call_parts(&self, parts: Vec<CallPart>) -> Result<()> {
+        // Read before the job reaches the writer, which is the one thread all writes share.
         let statuses: Vec<_> =
             parts.iter().map(|p| p.end.as_ref().and_then(EndPart::status)).collect();
+        let splits: Vec<_> = parts
+            .iter()
+            .map(|p| p.start.as_ref()?.otel_dump.as_deref().and_then(otel_resources::split))
+            .collect();
         self.writer
             .exec(move |conn| {
                 // New rows of a batch are consecutive: their blocks are listed once each, and
                 // they share a bucket, listed once for each project, whose key is looked up
-                // once.
+                // once; so is each resource.
                 let mut listed = None;
                 let bucket = buckets::current(conn).map_err(backend)?;
                 let mut projects: Vec<(&str, i64)> = Vec::new();
-                for (p, &status) in parts.iter().zip(&statuses) {
+                let mut resources: Vec<((i64, &str), i64)> = Vec::new();
+                for ((p, &status), split) in parts.iter().zip(&statuses).zip(&splits) {
                     let project = match projects.iter().find(|(id, _)| *id == p.project.as_str()) {
                         Some(&(_, key)) => key,
                         None => {
@@ -226,7 +257,25 @@ impl CallStore for SqliteStore {
                             key
                         }
                     };
-                    let rowid = upsert_part(conn, p, project, status, bucket).map_err(backend)?;
+                    let dump = p.start.as_ref().and_then(|s| s.otel_dump.as_deref());
+                    let dump = match (split, dump) {
+                        (Some(split), Some(whole)) => {
+                            let text = (project, &whole[split.resource.clone()]);
+                            let id = match resources.iter().find(|(r, _)| *r == text) {
+                                Some(&(_, id)) => id,
+                                None => {
+                                    let id = otel_resources::key(conn, project, text.1)
+                                        .map_err(backend)?;
+                                    resources.push((text, id));
+                                    id
+                                }
+                            };
+                            Dump { text: Some(&split.rest), resource: Some(id) }
+                        }
+                        _ => Dump { text: dump, resource: None },
+                    };
+                    let place = Place { project, bucket };
+                    let rowid = upsert_part(conn, p, status, place, dump).map_err(backend)?;
                     let block = Some(rowid >> text_index::BLOCK_SHIFT);
                     if block != listed {
                         text_index::pend(conn, rowid).map_err(backend)?;
@@ -550,6 +599,60 @@ mod tests {
             let count = store.count_calls(contains(path, needle)).await.unwrap();
             assert_eq!(count, want.len() as u64, "{path} {needle}");
         }
+    }
+
+    /// Spans sharing a resource store it once and read back their dumps as written, whatever
+    /// else the dump holds; a dump of another shape is stored whole.
+    #[tokio::test]
+    async fn resources_are_stored_once_and_dumps_read_back_as_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let resource = r#"{"attributes":{"service":{"name":"agent","version":"2.1"},"host":{"name":"w-0"}},"dropped_attributes_count":0}"#;
+        let dump = |name: &str| {
+            format!(r#"{{"name":"{name}","resource":{resource},"scope":{{"name":"s"}}}}"#)
+        };
+        let with_dump = |dump: &str| StartPart { otel_dump: Some(dump.to_owned()), ..start() };
+        let dumps = [
+            ("a", dump("first")),
+            ("b", dump("second")),
+            ("c", r#"{"name":"small","resource":{"attributes":{}}}"#.to_owned()),
+            ("d", r#"[1,2]"#.to_owned()),
+        ];
+        let parts = dumps.iter().map(|(id, d)| part(id, Some(with_dump(d)), None)).collect();
+        store.apply_call_parts(parts).await.unwrap();
+        // A second batch with the same resource, and an end part that keeps the dump.
+        store
+            .apply_call_parts(vec![part("e", Some(with_dump(&dump("third"))), None)])
+            .await
+            .unwrap();
+        store.apply_call_parts(vec![part("a", None, Some(end("{}", None)))]).await.unwrap();
+
+        let all: Vec<Call> = store
+            .query_calls(filtered(json!({})))
+            .await
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+            .await;
+        let read: BTreeMap<String, String> = all
+            .into_iter()
+            .map(|c| (c.id, c.otel_dump.map(|d| d.get().to_owned()).unwrap_or_default()))
+            .collect();
+        let mut want: BTreeMap<String, String> =
+            dumps.iter().map(|(id, d)| (id.to_string(), d.clone())).collect();
+        want.insert("e".into(), dump("third"));
+        assert_eq!(read, want);
+
+        let (resources, stored): (i64, String) = store
+            .read(|c| {
+                let n = c.query_row("SELECT count(*) FROM otel_resources", [], |r| r.get(0));
+                let d = c.query_row("SELECT otel_dump FROM calls WHERE id = 'b'", [], |r| r.get(0));
+                Ok((n.map_err(backend)?, d.map_err(backend)?))
+            })
+            .await
+            .unwrap();
+        assert_eq!(resources, 1);
+        assert_eq!(stored, r#"{"name":"second","resource":null,"scope":{"name":"s"}}"#);
     }
 
     fn filtered(filter: serde_json::Value) -> CallsQuery {

@@ -11,21 +11,23 @@ use heddle_ql::{ConvertTo, Direction, Lit, ValueType};
 use rusqlite::types::Value;
 
 use super::buckets::in_project;
+use super::otel_resources::RESOURCE_OF_ROW;
 use super::project_keys::{ID_OF_ROW, key_of};
 
 /// The select list of a call row, in the order `row_to_call` reads it. The project is the
-/// query's, not read from the row.
+/// query's, not read from the row; the last column is the resource taken out of `otel_dump`.
 pub fn call_columns(q: &CallsQuery) -> String {
     let keep = |wanted: bool, col: &str| if wanted { col.to_owned() } else { "NULL".to_owned() };
     let c = q.columns;
     format!(
         "id, op_name, display_name, trace_id, parent_id, thread_id, turn_id, \
          started_at, ended_at, {}, {}, {}, exception, summary, {}, wb_user_id, wb_run_id, \
-         wb_run_step, wb_run_step_end, deleted_at",
+         wb_run_step, wb_run_step_end, deleted_at, {}",
         keep(c.is_none_or(|c| c.attributes), "attributes"),
         keep(c.is_none_or(|c| c.inputs), "inputs"),
         keep(c.is_none_or(|c| c.output), "output"),
         keep(c.is_none_or(|c| c.otel_dump), "otel_dump"),
+        keep(c.is_none_or(|c| c.otel_dump), RESOURCE_OF_ROW),
     )
 }
 

@@ -23,6 +23,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0015_text_index.sql"),
     include_str!("migrations/0016_call_buckets.sql"),
     include_str!("migrations/0017_project_keys.sql"),
+    include_str!("migrations/0018_otel_resources.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -89,6 +90,7 @@ mod tests {
                 "object_tags",
                 "objects",
                 "otel_logs",
+                "otel_resources",
                 "project_keys",
                 "project_settings",
                 "table_rows",

@@ -22,6 +22,7 @@ mod keys;
 pub mod migrations;
 mod objects;
 mod otel_logs;
+mod otel_resources;
 mod project_keys;
 mod project_settings;
 mod projects;

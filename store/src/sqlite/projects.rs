@@ -19,7 +19,8 @@ const LIST: &str = "SELECT k.project_id, COUNT(*), MAX(c.started_at) \
                     AND k.project_id >= ?1 AND k.project_id < ?2 \
                     GROUP BY k.project_key ORDER BY 3 DESC, 1 LIMIT ?3";
 
-/// Content bytes per resource (`octet_length`: bytes, where `length` counts characters).
+/// Content bytes per resource (`octet_length`: bytes, where `length` counts characters). OTLP
+/// resources count once each, as they are stored (docs/storage.md#otlp-resources).
 const SIZES: &str = concat!(
     "SELECT \
     (SELECT COALESCE(SUM(COALESCE(octet_length(attributes), 0) + COALESCE(octet_length(inputs), 0) \
@@ -27,7 +28,10 @@ const SIZES: &str = concat!(
         + COALESCE(octet_length(exception), 0) + COALESCE(octet_length(otel_dump), 0)), 0) \
      FROM calls WHERE project_key = ",
     key_of!("?1"),
-    " AND deleted_at IS NULL), \
+    " AND deleted_at IS NULL) + \
+    (SELECT COALESCE(SUM(octet_length(resource)), 0) FROM otel_resources WHERE project_key = ",
+    key_of!("?1"),
+    "), \
     (SELECT COALESCE(SUM(octet_length(val)), 0) FROM objects \
      WHERE project_id = ?1 AND deleted_at IS NULL), \
     (SELECT COALESCE(SUM(size_bytes), 0) FROM table_rows WHERE project_id = ?1)"
