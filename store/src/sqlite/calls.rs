@@ -601,6 +601,78 @@ mod tests {
         }
     }
 
+    /// Migration 17 gives each project of an existing database its key: every call keeps its
+    /// rowid and bucket and is found under its own project only, and the bucket lists follow.
+    #[tokio::test]
+    async fn migration_17_keys_every_project_of_an_existing_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("heddle.db");
+        {
+            let mut conn = Connection::open(&path).unwrap();
+            assert_eq!(migrations::migrate_to(&mut conn, 16).unwrap(), 16);
+            let insert = "INSERT INTO calls (rowid, project_id, id, trace_id, op_name, started_at, \
+                          attributes, inputs, bucket) VALUES (?1, ?2, ?3, 't', 'op', ?1, '{}', \
+                          '{}', ?1 >> 13)";
+            for (rowid, project, id) in
+                [(5, "e/p", "a"), (9_000, "e/q", "a"), (20_000, "e/p", "b"), (20_001, "f/p", "c")]
+            {
+                conn.execute(insert, params![rowid, project, id]).unwrap();
+            }
+            conn.execute_batch(
+                "INSERT INTO call_buckets VALUES ('e/p', 0), ('e/q', 1), ('e/p', 2), ('f/p', 2)",
+            )
+            .unwrap();
+        }
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        for (project, want) in [("e/p", vec!["a", "b"]), ("e/q", vec!["a"]), ("f/p", vec!["c"])] {
+            let q = |filter: serde_json::Value| {
+                serde_json::from_value::<CallsQueryReq>(
+                    json!({"project_id": project, "filter": filter}),
+                )
+                .unwrap()
+                .validate()
+                .unwrap()
+            };
+            assert_eq!(ids(&store, q(json!({}))).await, want, "{project}");
+            assert_eq!(ids(&store, q(json!({"trace_ids": ["t"]}))).await, want, "{project}");
+        }
+        let rows: Vec<(i64, String, String, i64)> = store
+            .read(|c| {
+                let mut st = c
+                    .prepare(
+                        "SELECT c.rowid, k.project_id, c.id, c.bucket FROM calls c \
+                         JOIN project_keys k USING (project_key) ORDER BY c.rowid",
+                    )
+                    .map_err(backend)?;
+                let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?)));
+                rows.and_then(Iterator::collect).map_err(backend)
+            })
+            .await
+            .unwrap();
+        let want = [
+            (5, "e/p", "a", 0),
+            (9_000, "e/q", "a", 1),
+            (20_000, "e/p", "b", 2),
+            (20_001, "f/p", "c", 2),
+        ];
+        assert_eq!(rows, want.map(|(r, p, i, b)| (r, p.to_owned(), i.to_owned(), b)));
+        let listed: Vec<(String, i64)> = store
+            .read(|c| {
+                let mut st = c
+                    .prepare(
+                        "SELECT k.project_id, b.bucket FROM call_buckets b \
+                         JOIN project_keys k USING (project_key) ORDER BY 1, 2",
+                    )
+                    .map_err(backend)?;
+                let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
+                rows.and_then(Iterator::collect).map_err(backend)
+            })
+            .await
+            .unwrap();
+        let want = [("e/p", 0), ("e/p", 2), ("e/q", 1), ("f/p", 2)];
+        assert_eq!(listed, want.map(|(p, b)| (p.to_owned(), b)));
+    }
+
     /// Spans sharing a resource store it once and read back their dumps as written, whatever
     /// else the dump holds; a dump of another shape is stored whole.
     #[tokio::test]
