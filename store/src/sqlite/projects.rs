@@ -1,6 +1,5 @@
 //! Projects on SQLite: the list is one pass over the live-calls index (`calls_live_by_start`)
-//! per project key in range, which holds every column the aggregation needs; storage sizes sum
-//! the content columns' bytes.
+//! per project of the entity; storage sizes sum the content columns' bytes.
 
 use async_trait::async_trait;
 use heddle_proto::ProjectId;
@@ -13,11 +12,14 @@ use super::writer::backend;
 use crate::{ProjectInfo, ProjectStore, Result, StorageSizes};
 
 /// `?1`/`?2` bound the project ids to one entity (`entity/` up to `entity0`: `0` follows `/`).
+/// `CROSS JOIN` keeps `project_keys` the outer loop: the entity's projects are a range of its
+/// unique index, and each one's calls a seek on `calls_live_by_start`, however many other
+/// entities the database holds.
 const LIST: &str = "SELECT k.project_id, COUNT(*), MAX(c.started_at) \
-                    FROM project_keys k JOIN calls c ON c.project_key = k.project_key \
+                    FROM project_keys k CROSS JOIN calls c ON c.project_key = k.project_key \
                     WHERE c.deleted_at IS NULL AND c.started_at IS NOT NULL \
                     AND k.project_id >= ?1 AND k.project_id < ?2 \
-                    GROUP BY k.project_key ORDER BY 3 DESC, 1 LIMIT ?3";
+                    GROUP BY k.project_id ORDER BY 3 DESC, 1 LIMIT ?3";
 
 /// Content bytes per resource (`octet_length`: bytes, where `length` counts characters). OTLP
 /// resources count once each, as they are stored (docs/storage.md#otlp-resources).
