@@ -111,6 +111,21 @@ struct Dump<'a> {
     resource: Option<i64>,
 }
 
+/// The id `make` gives `key`, made once per batch: a batch's parts mostly share a few keys (a
+/// project, a resource), found here by comparing them, not by a statement.
+fn once_per_batch<K: Copy + PartialEq>(
+    made: &mut Vec<(K, i64)>,
+    key: K,
+    make: impl FnOnce(K) -> rusqlite::Result<i64>,
+) -> rusqlite::Result<i64> {
+    if let Some(&(_, id)) = made.iter().find(|(k, _)| *k == key) {
+        return Ok(id);
+    }
+    let id = make(key)?;
+    made.push((key, id));
+    Ok(id)
+}
+
 /// Writes one part with [`UPSERT_CALL_PART`], its texts read in place
 /// ([`WriteConn::execute_in_place`]): a part's members are most of its bytes. `end_status` is
 /// the end's [`EndPart::status`], read before the job reaches the writer; where it is `None`,
@@ -244,35 +259,26 @@ impl CallStore for SqliteStore {
                 // once; so is each resource.
                 let mut listed = None;
                 let bucket = buckets::current(conn).map_err(backend)?;
-                let mut projects: Vec<(&str, i64)> = Vec::new();
-                let mut resources: Vec<((i64, &str), i64)> = Vec::new();
+                let mut projects = Vec::new();
+                let mut resources = Vec::new();
                 for ((p, &status), split) in parts.iter().zip(&statuses).zip(&splits) {
-                    let project = match projects.iter().find(|(id, _)| *id == p.project.as_str()) {
-                        Some(&(_, key)) => key,
-                        None => {
-                            let key =
-                                project_keys::key(conn, p.project.as_str()).map_err(backend)?;
-                            buckets::list(conn, key, bucket).map_err(backend)?;
-                            projects.push((p.project.as_str(), key));
-                            key
-                        }
-                    };
-                    let dump = p.start.as_ref().and_then(|s| s.otel_dump.as_deref());
-                    let dump = match (split, dump) {
+                    let project = once_per_batch(&mut projects, p.project.as_str(), |id| {
+                        let key = project_keys::key(conn, id)?;
+                        buckets::list(conn, key, bucket)?;
+                        Ok(key)
+                    })
+                    .map_err(backend)?;
+                    let whole = p.start.as_ref().and_then(|s| s.otel_dump.as_deref());
+                    let dump = match (split, whole) {
                         (Some(split), Some(whole)) => {
                             let text = (project, &whole[split.resource.clone()]);
-                            let id = match resources.iter().find(|(r, _)| *r == text) {
-                                Some(&(_, id)) => id,
-                                None => {
-                                    let id = otel_resources::key(conn, project, text.1)
-                                        .map_err(backend)?;
-                                    resources.push((text, id));
-                                    id
-                                }
-                            };
+                            let id = once_per_batch(&mut resources, text, |(project, text)| {
+                                otel_resources::key(conn, project, text)
+                            })
+                            .map_err(backend)?;
                             Dump { text: Some(&split.rest), resource: Some(id) }
                         }
-                        _ => Dump { text: dump, resource: None },
+                        _ => Dump { text: whole, resource: None },
                     };
                     let place = Place { project, bucket };
                     let rowid = upsert_part(conn, p, status, place, dump).map_err(backend)?;
@@ -365,7 +371,7 @@ mod tests {
     use rusqlite::Connection;
     use serde_json::json;
 
-    use super::super::{SqliteOptions, migrations};
+    use super::super::{DB_FILE, SqliteOptions, migrations};
     use super::*;
 
     fn start() -> StartPart {
@@ -426,8 +432,7 @@ mod tests {
     async fn status_filters_agree_with_the_status_returned() {
         let dir = tempfile::tempdir().unwrap();
         {
-            let mut conn = Connection::open(dir.path().join("heddle.db")).unwrap();
-            assert_eq!(migrations::migrate_to(&mut conn, 13).unwrap(), 13);
+            let conn = migrations::database_at(dir.path(), 13);
             let legacy = "INSERT INTO calls (project_id, id, trace_id, op_name, started_at, \
                           ended_at, attributes, inputs, summary, exception) \
                           VALUES ('e/p', ?1, 't', 'op', 1, ?2, '{}', '{}', ?3, ?4)";
@@ -606,10 +611,8 @@ mod tests {
     #[tokio::test]
     async fn migration_17_keys_every_project_of_an_existing_database() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("heddle.db");
         {
-            let mut conn = Connection::open(&path).unwrap();
-            assert_eq!(migrations::migrate_to(&mut conn, 16).unwrap(), 16);
+            let conn = migrations::database_at(dir.path(), 16);
             let insert = "INSERT INTO calls (rowid, project_id, id, trace_id, op_name, started_at, \
                           attributes, inputs, bucket) VALUES (?1, ?2, ?3, 't', 'op', ?1, '{}', \
                           '{}', ?1 >> 13)";
@@ -740,10 +743,8 @@ mod tests {
     #[tokio::test]
     async fn lookups_find_calls_in_every_bucket() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("heddle.db");
         {
-            let mut conn = Connection::open(&path).unwrap();
-            assert_eq!(migrations::migrate_to(&mut conn, 15).unwrap(), 15);
+            let conn = migrations::database_at(dir.path(), 15);
             let legacy = "INSERT INTO calls (project_id, id, trace_id, parent_id, op_name, \
                           started_at, attributes, inputs) VALUES ('e/p', ?1, 't', ?2, 'op', 1, \
                           '{}', '{}')";
@@ -752,7 +753,7 @@ mod tests {
         }
         let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
         // Rows of another project move the rowid on, and with it the bucket of the next batch.
-        let filler = Connection::open(&path).unwrap();
+        let filler = Connection::open(dir.path().join(DB_FILE)).unwrap();
         let skip_to = |rowid: i64| {
             filler
                 .execute(

@@ -109,7 +109,6 @@ impl FileStore for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-    use rusqlite::Connection;
 
     use super::super::{SqliteOptions, migrations};
     use super::*;
@@ -120,8 +119,7 @@ mod tests {
         let project = ProjectId::parse("e/p").unwrap();
         {
             // A database at schema version 2 holding a file the old way (content inline).
-            let mut conn = Connection::open(dir.path().join("heddle.db")).unwrap();
-            assert_eq!(migrations::migrate_to(&mut conn, 2).unwrap(), 2);
+            let conn = migrations::database_at(dir.path(), 2);
             conn.execute(
                 "INSERT INTO files (project_id, digest, size_bytes, content, created_at)
                  VALUES ('e/p', 'old', 3, x'616263', 0)",

@@ -92,7 +92,6 @@ impl KeyStore for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-    use rusqlite::Connection;
 
     use super::super::{SqliteOptions, migrations};
     use super::*;
@@ -104,8 +103,7 @@ mod tests {
         let (admin, alice, bob) = ("a0".repeat(32), "b1".repeat(32), "c2".repeat(32));
         {
             // A key stored before keys could be revoked keeps working after the upgrade.
-            let mut conn = Connection::open(dir.path().join("heddle.db")).unwrap();
-            assert_eq!(migrations::migrate_to(&mut conn, 6).unwrap(), 6);
+            let conn = migrations::database_at(dir.path(), 6);
             conn.execute(INSERT_KEY, params![admin, None::<String>, 1]).unwrap();
         }
         let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();

@@ -47,6 +47,15 @@ pub(crate) fn migrate_to(conn: &mut Connection, target: i64) -> rusqlite::Result
     }
 }
 
+/// A database in `dir` at schema version `version`, as an older heddle left it, for tests of
+/// what the migrations after it do.
+#[cfg(test)]
+pub(crate) fn database_at(dir: &std::path::Path, version: i64) -> Connection {
+    let mut conn = Connection::open(dir.join(super::DB_FILE)).unwrap();
+    assert_eq!(migrate_to(&mut conn, version).unwrap(), version);
+    conn
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

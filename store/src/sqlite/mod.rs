@@ -110,12 +110,15 @@ struct DataDirError {
     source: std::io::Error,
 }
 
+/// The database's file in the data directory.
+pub(crate) const DB_FILE: &str = "heddle.db";
+
 impl SqliteStore {
     /// Opens (creating if needed) `dir/heddle.db` and migrates it to the latest schema.
     pub fn open(dir: &Path, opts: SqliteOptions) -> Result<SqliteStore> {
         std::fs::create_dir_all(dir)
             .map_err(|source| backend(DataDirError { dir: dir.display().to_string(), source }))?;
-        let path = dir.join("heddle.db");
+        let path = dir.join(DB_FILE);
         let mut conn = Connection::open(&path).map_err(backend)?;
         // Takes effect only on a new database (docs/storage.md#page-size).
         conn.pragma_update(None, "page_size", PAGE_SIZE).map_err(backend)?;

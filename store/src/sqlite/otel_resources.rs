@@ -11,9 +11,11 @@
 
 use std::ops::Range;
 
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::Connection;
 use serde::Deserialize;
 use serde_json::value::RawValue;
+
+use super::writer::rowid_or_insert;
 
 /// Resources smaller than this stay in the dump: a key of their own would not save anything.
 const SHARED_BYTES: usize = 64;
@@ -78,12 +80,7 @@ const INSERT: &str = "INSERT INTO otel_resources (project_key, resource) VALUES 
 /// The id of `resource` in the project of key `project`, stored now if it is new: in the
 /// caller's transaction, which writes the spans naming it.
 pub(crate) fn key(conn: &Connection, project: i64, resource: &str) -> rusqlite::Result<i64> {
-    let found = conn.prepare_cached(SELECT)?.query_row(params![project, resource], |r| r.get(0));
-    if let Some(id) = found.optional()? {
-        return Ok(id);
-    }
-    conn.prepare_cached(INSERT)?.execute(params![project, resource])?;
-    Ok(conn.last_insert_rowid())
+    rowid_or_insert(conn, SELECT, INSERT, &[&project, &resource])
 }
 
 #[cfg(test)]

@@ -7,7 +7,9 @@
 //! Statements find the key from the id they are given with [`key_of!`], a subquery SQLite runs
 //! once per statement, so no statement takes a key from outside.
 
-use rusqlite::{Connection, OptionalExtension};
+use rusqlite::Connection;
+
+use super::writer::rowid_or_insert;
 
 /// The key of the project whose id is bound at the placeholder `$p`, as an SQL expression:
 /// NULL, which matches no row, for a project that has no calls yet.
@@ -28,9 +30,5 @@ const INSERT: &str = "INSERT INTO project_keys (project_id) VALUES (?1)";
 /// The key of `project`, given to it now if it has none: in the caller's transaction, which
 /// writes the project's calls.
 pub(crate) fn key(conn: &Connection, project: &str) -> rusqlite::Result<i64> {
-    if let Some(key) = conn.prepare_cached(SELECT)?.query_row([project], |r| r.get(0)).optional()? {
-        return Ok(key);
-    }
-    conn.prepare_cached(INSERT)?.execute([project])?;
-    Ok(conn.last_insert_rowid())
+    rowid_or_insert(conn, SELECT, INSERT, &[&project])
 }

@@ -11,7 +11,7 @@ use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender, TryRecvError
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rusqlite::{Connection, Transaction, TransactionBehavior};
+use rusqlite::{Connection, OptionalExtension, ToSql, Transaction, TransactionBehavior};
 use tokio::sync::oneshot;
 
 use super::borrowed::{Param, Statements};
@@ -117,6 +117,22 @@ where
 }
 
 /// A backend error with `e` as its source.
+/// The rowid of the row `select` finds with `params`, inserted with `insert` (the same
+/// `params`) when there is none: in the caller's transaction, on the writer, so no other
+/// statement inserts it meanwhile.
+pub(crate) fn rowid_or_insert(
+    conn: &Connection,
+    select: &str,
+    insert: &str,
+    params: &[&dyn ToSql],
+) -> rusqlite::Result<i64> {
+    if let Some(id) = conn.prepare_cached(select)?.query_row(params, |r| r.get(0)).optional()? {
+        return Ok(id);
+    }
+    conn.prepare_cached(insert)?.execute(params)?;
+    Ok(conn.last_insert_rowid())
+}
+
 pub(crate) fn backend(e: impl Into<BoxError>) -> StoreError {
     StoreError::Backend(e.into())
 }
