@@ -24,6 +24,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0016_call_buckets.sql"),
     include_str!("migrations/0017_project_keys.sql"),
     include_str!("migrations/0018_otel_resources.sql"),
+    include_str!("migrations/0019_turns_by_bucket.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
