@@ -95,12 +95,9 @@ mod tests {
     fn turns_are_read_from_their_index_in_every_bucket() {
         let conn = database();
         let all = turns(&conn, None);
-        let expected = [
-            ("t1", "a", 10, Some(11)),
-            ("t1", "d", 30, Some(31)),
-            ("t2", "c", 20, None),
-        ]
-        .map(|(t, id, s, e)| (t.to_owned(), id.to_owned(), s, e));
+        let expected =
+            [("t1", "a", 10, Some(11)), ("t1", "d", 30, Some(31)), ("t2", "c", 20, None)]
+                .map(|(t, id, s, e)| (t.to_owned(), id.to_owned(), s, e));
         assert_eq!(all, expected, "live, started turns of the project only");
         let t2 = turns(&conn, Some(r#"["t2","t9"]"#));
         assert_eq!(t2, expected[2..]);
