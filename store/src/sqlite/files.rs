@@ -109,7 +109,6 @@ impl FileStore for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-
     use super::super::{SqliteOptions, migrations};
     use super::*;
 

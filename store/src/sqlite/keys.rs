@@ -92,7 +92,6 @@ impl KeyStore for SqliteStore {
 
 #[cfg(test)]
 mod tests {
-
     use super::super::{SqliteOptions, migrations};
     use super::*;
     use crate::StoreError;

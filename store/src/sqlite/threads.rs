@@ -136,7 +136,7 @@ mod tests {
         assert_eq!(t2, expected[2..]);
         let t1 = read(&conn, Some(r#"["t1"]"#));
         assert_eq!(t1, expected[..2], "a thread's turns in both buckets");
-        let plan = |sql: &str, params: &[&dyn rusqlite::ToSql]| -> String {
+        let plan = |sql: &str, params: &[&dyn ToSql]| -> String {
             let mut st = conn.prepare(&format!("EXPLAIN QUERY PLAN {sql}")).unwrap();
             let rows = st.query_map(params, |r| r.get::<_, String>(3)).unwrap();
             rows.map(Result::unwrap).next().unwrap()

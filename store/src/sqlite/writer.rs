@@ -116,7 +116,6 @@ where
     }
 }
 
-/// A backend error with `e` as its source.
 /// The rowid of the row `select` finds with `params`, inserted with `insert` (the same
 /// `params`) when there is none: in the caller's transaction, on the writer, so no other
 /// statement inserts it meanwhile.
@@ -133,6 +132,7 @@ pub(crate) fn rowid_or_insert(
     Ok(conn.last_insert_rowid())
 }
 
+/// A backend error with `e` as its source.
 pub(crate) fn backend(e: impl Into<BoxError>) -> StoreError {
     StoreError::Backend(e.into())
 }
