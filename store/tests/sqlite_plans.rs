@@ -25,11 +25,12 @@ fn seeded(traces: usize) -> Connection {
     {
         tx.execute("INSERT INTO project_keys (project_key, project_id) VALUES (1, ?1)", [PROJECT])
             .unwrap();
+        tx.execute("INSERT INTO call_buckets (project_key, bucket) VALUES (1, 0)", []).unwrap();
         let mut insert = tx
             .prepare(
-                "INSERT INTO calls (project_key, id, trace_id, parent_id, op_name, started_at, \
-                 ended_at, attributes, inputs, output, summary, exception) \
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, '{}', '{}', 'null', '{}', ?8)",
+                "INSERT INTO calls (project_key, id, bucket, trace_id, parent_id, op_name, \
+                 started_at, ended_at, attributes, inputs, output, summary, exception) \
+                 VALUES (?1, ?2, 0, ?3, ?4, ?5, ?6, ?7, '{}', '{}', 'null', '{}', ?8)",
             )
             .unwrap();
         let mut n = 0i64;
@@ -113,6 +114,12 @@ fn ui_filters_use_their_index() {
             "COVERING INDEX calls_by_op",
         ),
         ("status", json!({"query": status}), Some("calls_live_by_status"), "calls_live_by_status"),
+        (
+            "by ids",
+            json!({"filter": {"call_ids": ["7-1", "9-2"]}}),
+            Some("INTEGER PRIMARY KEY (rowid=?)"),
+            "sqlite_autoindex_calls_1 (project_key=? AND bucket=? AND id=?)",
+        ),
         ("everything", json!({}), Some("calls_live_by_start"), "COVERING INDEX"),
     ];
     for (name, extra, page_index, count_index) in cases {

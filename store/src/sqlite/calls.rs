@@ -9,6 +9,7 @@ use rusqlite::{Row, params};
 
 use super::borrowed::Param;
 use super::buckets::{self, in_project};
+use super::id_directory::{self, by_id};
 use super::project_keys::{self, key_of};
 use super::values::{empty_object, raw};
 use super::writer::{WriteConn, backend};
@@ -23,9 +24,10 @@ use crate::{CallStore, CallStream, Result};
 /// The display name has three sources, highest rank first: a `/call/update` rename
 /// (`name_updated` = 1), the end part's name (`name_updated` = 2), the start's (0).
 /// A source only replaces a name of the same or a lower rank, whatever the arrival order.
-/// ?1 is the project's key ([`project_keys`]). ?21 is the end part's name. ?23 is the bucket of a
-/// new row ([`buckets`]); an existing row keeps its own, which its project has listed. ?24 is the
-/// id of the resource taken out of the dump, ?12 ([`otel_resources`]).
+/// ?1 is the project's key ([`project_keys`]). ?21 is the end part's name. ?23 is the bucket of
+/// the existing row, found by id ([`id_directory::find`]), or else of a new row
+/// ([`id_directory::bucket_for_new_rows`]). ?24 is the id of the resource taken out of the
+/// dump, ?12 ([`otel_resources`]).
 const UPSERT_CALL_PART: &str = "
 INSERT INTO calls (project_key, id, trace_id, op_name, display_name, parent_id, thread_id, turn_id,
                    started_at, attributes, inputs, otel_dump, wb_user_id, wb_run_id, wb_run_step,
@@ -33,7 +35,7 @@ INSERT INTO calls (project_key, id, trace_id, op_name, display_name, parent_id, 
                    bucket, otel_resource)
 VALUES (?1, ?2, ?3, ?4, COALESCE(NULLIF(?21, ''), NULLIF(?5, '')), ?6, ?7, ?8, ?9, ?10, ?11, ?12,
         ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2), ?22, ?23, ?24)
-ON CONFLICT (project_key, id) DO UPDATE SET
+ON CONFLICT (project_key, bucket, id) DO UPDATE SET
     trace_id        = COALESCE(excluded.trace_id, calls.trace_id),
     op_name         = IIF(excluded.started_at IS NULL, calls.op_name, excluded.op_name),
     display_name    = CASE
@@ -64,23 +66,25 @@ ON CONFLICT (project_key, id) DO UPDATE SET
     end_status      = IIF(excluded.ended_at IS NULL, calls.end_status, excluded.end_status)
 ";
 
-/// ?1 is the project's key.
+/// ?1 is the project's key, ?4 the bucket, as in [`UPSERT_CALL_PART`].
 const SET_DISPLAY_NAME: &str = "
-INSERT INTO calls (project_key, id, display_name, name_updated) VALUES (?1, ?2, NULLIF(?3, ''), 1)
-ON CONFLICT (project_key, id) DO UPDATE SET display_name = excluded.display_name, name_updated = 1
+INSERT INTO calls (project_key, id, display_name, name_updated, bucket)
+VALUES (?1, ?2, NULLIF(?3, ''), 1, ?4)
+ON CONFLICT (project_key, bucket, id) DO UPDATE SET
+    display_name = excluded.display_name, name_updated = 1
 ";
 
 /// Soft delete of the listed calls (?2, a JSON array) of project ?1 (its id) and every
-/// descendant; the children of a call are found through `calls_by_parent`, in each of the
-/// project's buckets.
+/// descendant; the listed calls are found by id ([`by_id!`]), their children through
+/// `calls_by_parent`, in each of the project's buckets.
 const DELETE_CALLS: &str = concat!(
     "
-WITH RECURSIVE doomed(id) AS (
-    SELECT id FROM calls WHERE project_key = ",
-    key_of!("?1"),
-    " AND id IN (SELECT value FROM json_each(?2))
+WITH RECURSIVE doomed(r, id) AS (
+    SELECT * FROM (",
+    by_id!("c.rowid, c.id", key_of!("?1"), "SELECT value FROM json_each(?2)"),
+    ")
     UNION
-    SELECT c.id FROM calls c JOIN doomed d ON c.parent_id = d.id
+    SELECT c.rowid, c.id FROM calls c JOIN doomed d ON c.parent_id = d.id
     WHERE c.project_key = ",
     key_of!("?1"),
     " AND c.",
@@ -88,17 +92,14 @@ WITH RECURSIVE doomed(id) AS (
     "
 )
 UPDATE calls SET deleted_at = ?3
-WHERE project_key = ",
-    key_of!("?1"),
-    " AND deleted_at IS NULL AND started_at IS NOT NULL
-  AND id IN (SELECT id FROM doomed)
+WHERE rowid IN (SELECT r FROM doomed) AND deleted_at IS NULL AND started_at IS NOT NULL
 "
 );
 
 /// Rows buffered between the reading thread and the HTTP response.
 const STREAM_BUFFER: usize = 256;
 
-/// Where a new row goes: its project's key and its bucket.
+/// Where a part's row is, or goes: its project's key and its bucket.
 #[derive(Clone, Copy)]
 struct Place {
     project: i64,
@@ -129,18 +130,16 @@ fn once_per_batch<K: Copy + PartialEq>(
 /// Writes one part with [`UPSERT_CALL_PART`], its texts read in place
 /// ([`WriteConn::execute_in_place`]): a part's members are most of its bytes. `end_status` is
 /// the end's [`EndPart::status`], read before the job reaches the writer; where it is `None`,
-/// the status index's expression computes it from the stored row. Returns the row's rowid, whose
-/// block of the substring index the caller lists as pending ([`text_index::pend`]).
+/// the status index's expression computes it from the stored row.
 fn upsert_part(
     conn: &WriteConn<'_>,
     p: &CallPart,
     end_status: Option<&'static str>,
     Place { project, bucket }: Place,
     dump: Dump<'_>,
-) -> rusqlite::Result<i64> {
+) -> rusqlite::Result<()> {
     let s = p.start.as_ref();
     let e = p.end.as_ref();
-    let before = conn.last_insert_rowid();
     conn.execute_in_place(
         UPSERT_CALL_PART,
         &[
@@ -170,17 +169,8 @@ fn upsert_part(
             dump.resource.into(),
         ],
     )?;
-    // An insert sets the last rowid; an update of the existing row leaves it as it was, and
-    // the row is looked up (a page the upsert just wrote).
-    match conn.last_insert_rowid() {
-        r if r != before => Ok(r),
-        _ => conn
-            .prepare_cached(ROWID_OF_CALL)?
-            .query_row(params![project, p.id.as_str()], |r| r.get(0)),
-    }
+    Ok(())
 }
-
-const ROWID_OF_CALL: &str = "SELECT rowid FROM calls WHERE project_key = ?1 AND id = ?2";
 
 /// Builds a [`Call`] of `project` from a row selected with [`sql::call_columns`].
 fn row_to_call(r: &Row<'_>, project: &ProjectId) -> rusqlite::Result<Call> {
@@ -258,7 +248,7 @@ impl CallStore for SqliteStore {
                 // they share a bucket, listed once for each project, whose key is looked up
                 // once; so is each resource.
                 let mut listed = None;
-                let bucket = buckets::current(conn).map_err(backend)?;
+                let bucket = id_directory::bucket_for_new_rows(conn).map_err(backend)?;
                 let mut projects = Vec::new();
                 let mut resources = Vec::new();
                 for ((p, &status), split) in parts.iter().zip(&statuses).zip(&splits) {
@@ -280,8 +270,11 @@ impl CallStore for SqliteStore {
                         }
                         _ => Dump { text: whole, resource: None },
                     };
-                    let place = Place { project, bucket };
-                    let rowid = upsert_part(conn, p, status, place, dump).map_err(backend)?;
+                    let found = id_directory::find(conn, project, &p.id).map_err(backend)?;
+                    let place = Place { project, bucket: found.map_or(bucket, |f| f.bucket) };
+                    upsert_part(conn, p, status, place, dump).map_err(backend)?;
+                    // The row found, or the one just inserted.
+                    let rowid = found.map_or_else(|| conn.last_insert_rowid(), |f| f.rowid);
                     let block = Some(rowid >> text_index::BLOCK_SHIFT);
                     if block != listed {
                         text_index::pend(conn, rowid).map_err(backend)?;
@@ -298,8 +291,16 @@ impl CallStore for SqliteStore {
         self.writer
             .exec(move |conn| {
                 let key = project_keys::key(conn, project.as_str()).map_err(backend)?;
+                let bucket = match id_directory::find(conn, key, &id).map_err(backend)? {
+                    Some(found) => found.bucket,
+                    None => {
+                        let bucket = id_directory::bucket_for_new_rows(conn).map_err(backend)?;
+                        buckets::list(conn, key, bucket).map_err(backend)?;
+                        bucket
+                    }
+                };
                 conn.prepare_cached(SET_DISPLAY_NAME)
-                    .and_then(|mut st| st.execute(params![key, id, name]))
+                    .and_then(|mut st| st.execute(params![key, id, name, bucket]))
                     .map_err(backend)?;
                 Ok(())
             })
@@ -737,9 +738,10 @@ mod tests {
             .unwrap()
     }
 
-    /// Trace, parent and root lookups go through the bucketed indexes: they find calls in every
-    /// bucket, rows from before migration 16 (bucket 0) and a call whose row a rename created,
-    /// and a delete follows children from one bucket into the next.
+    /// Trace, parent, root and id lookups go through the bucketed indexes: they find calls in
+    /// every bucket, rows from before migration 16 (bucket 0) and a call whose row a rename
+    /// created, whether the id directory holds their bucket or not, and a delete follows children
+    /// from one bucket into the next.
     #[tokio::test]
     async fn lookups_find_calls_in_every_bucket() {
         let dir = tempfile::tempdir().unwrap();
@@ -757,7 +759,7 @@ mod tests {
         let skip_to = |rowid: i64| {
             filler
                 .execute(
-                    "INSERT INTO calls (rowid, project_key, id) VALUES (?1, 1000, ?1)",
+                    "INSERT INTO calls (rowid, project_key, id, bucket) VALUES (?1, 1000, ?1, ?1 >> 13)",
                     [rowid],
                 )
                 .unwrap();
@@ -784,8 +786,39 @@ mod tests {
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap();
-        let want = [("a", 0), ("b", 0), ("c", 1), ("d", 12), ("e", 0), ("r", 12)];
+        // The rename created e's row in the newest bucket, and its start found it there.
+        let want = [("a", 0), ("b", 0), ("c", 1), ("d", 12), ("e", 12), ("r", 12)];
         assert_eq!(buckets, want.map(|(id, b)| (id.to_owned(), b)).into());
+
+        // Bucket 12's first batch merged the sealed buckets into the id directory; their calls
+        // are found there and updated where they are, by a part, a rename or a call_ids filter.
+        let merged: i64 =
+            filler.query_row("SELECT merged FROM call_ids_merged", [], |r| r.get(0)).unwrap();
+        assert_eq!(merged, 11);
+        store.apply_call_parts(vec![part("c", None, Some(end("{}", None)))]).await.unwrap();
+        store.set_call_display_name(&project, "a", "renamed later").await.unwrap();
+        let rows: i64 = filler
+            .query_row("SELECT count(*) FROM calls WHERE project_key != 1000", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 6, "no call written twice");
+        let by_ids: Vec<Call> = store
+            .query_calls(filtered(json!({"call_ids": ["a", "c", "e", "zz"]})))
+            .await
+            .unwrap()
+            .map(Result::unwrap)
+            .collect()
+            .await;
+        let mut by_ids: Vec<_> =
+            by_ids.into_iter().map(|c| (c.id, c.display_name, c.ended_at)).collect();
+        by_ids.sort();
+        assert_eq!(
+            by_ids,
+            [
+                ("a".into(), Some("renamed later".into()), None),
+                ("c".into(), None, Some(Micros(5_000))),
+                ("e".into(), Some("renamed first".into()), None),
+            ]
+        );
 
         let cases = [
             (json!({"trace_ids": ["t"]}), vec!["a", "b", "c", "d", "e"]),

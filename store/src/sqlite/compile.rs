@@ -11,6 +11,7 @@ use heddle_ql::{ConvertTo, Direction, Lit, ValueType};
 use rusqlite::types::Value;
 
 use super::buckets::in_project;
+use super::id_directory::by_id;
 use super::otel_resources::RESOURCE_OF_ROW;
 use super::project_keys::{ID_OF_ROW, key_of};
 
@@ -169,6 +170,14 @@ pub(crate) fn where_clause(sql: &mut Sql, q: &CallsQuery) {
     if f.trace_ids.is_some() || f.parent_ids.is_some() || f.trace_roots_only == Some(true) {
         sql.push(" AND ").push(in_project!("?"));
         sql.params.push(project());
+    }
+    // Rows are unique by bucket and id, so listed ids are found through the id directory and
+    // read by rowid (docs/storage.md#id-directory).
+    if let Some(ids) = f.call_ids.as_ref().filter(|ids| !ids.is_empty()) {
+        let ids = Value::Text(serde_json::to_string(ids).expect("strings serialise"));
+        let by_id = by_id!("c.rowid", key_of!("?"), "SELECT value FROM json_each(?)");
+        sql.push(" AND rowid IN (").push(by_id).push(")");
+        sql.params.extend([project(), ids.clone(), project(), ids]);
     }
     filter(sql, &q.filter);
     and_expr(sql, q.expr.as_ref());

@@ -25,6 +25,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0017_project_keys.sql"),
     include_str!("migrations/0018_otel_resources.sql"),
     include_str!("migrations/0019_turns_by_bucket.sql"),
+    include_str!("migrations/0020_id_directory.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -83,6 +84,8 @@ mod tests {
                 "api_keys",
                 "call_blob_chunks",
                 "call_buckets",
+                "call_ids",
+                "call_ids_merged",
                 "calls",
                 "calls_text",
                 // FTS5's own tables behind `calls_text`.

@@ -9,6 +9,7 @@ mod annotation_queues;
 mod blobs;
 mod borrowed;
 mod buckets;
+mod id_directory;
 mod calls;
 mod checkpointer;
 // `functions` and `sql` are public for the fuzz targets, which render queries and run them on
@@ -174,8 +175,8 @@ mod tests {
         migrations::migrate(&mut conn).unwrap();
         for i in 0..200 {
             conn.execute(
-                "INSERT INTO calls (project_key, id, trace_id, op_name, started_at, attributes, \
-                 inputs, summary) VALUES (1, ?1, ?2, 'op', ?3, '{}', '{}', '{}')",
+                "INSERT INTO calls (project_key, id, bucket, trace_id, op_name, started_at, \
+                 attributes, inputs, summary) VALUES (1, ?1, 0, ?2, 'op', ?3, '{}', '{}', '{}')",
                 params![format!("id{i}"), format!("t{}", i % 7), i],
             )
             .unwrap();

@@ -471,7 +471,7 @@ mod tests {
     #[test]
     fn a_block_too_large_to_read_matches_everything() {
         let mut conn = database();
-        let insert = "INSERT INTO calls (rowid, project_key, id, inputs) VALUES (?1, 1, ?1, ?2)";
+        let insert = "INSERT INTO calls (rowid, project_key, id, bucket, inputs) VALUES (?1, 1, ?1, 0, ?2)";
         let large = serde_json::to_string(&"ab".repeat(MAX_BLOCK_BYTES as usize / 2)).unwrap();
         for (rowid, inputs) in [(1, large.as_str()), (64, r#""small""#)] {
             conn.execute(insert, params![rowid, inputs]).unwrap();
@@ -622,8 +622,8 @@ mod tests {
     #[test]
     fn pending_blocks_are_candidates_until_rebuilt() {
         let mut conn = database();
-        let insert = "INSERT INTO calls (rowid, project_key, id, inputs, output) \
-                      VALUES (?1, 1, ?1, ?2, ?3)";
+        let insert = "INSERT INTO calls (rowid, project_key, id, bucket, inputs, output) \
+                      VALUES (?1, 1, ?1, 0, ?2, ?3)";
         for (rowid, inputs, output) in [
             (1, r#"{"q":"alpha"}"#, None),
             (64, r#"{"q":"bravo"}"#, Some(r#""charlie""#)),
@@ -665,7 +665,7 @@ mod tests {
         let sync = |conn: &Connection| -> i64 {
             conn.query_row("PRAGMA synchronous", [], |r| r.get(0)).unwrap()
         };
-        let insert = "INSERT INTO calls (rowid, project_key, id, inputs) VALUES (?1, 1, ?1, '{}')";
+        let insert = "INSERT INTO calls (rowid, project_key, id, bucket, inputs) VALUES (?1, 1, ?1, 0, '{}')";
         let add = |conn: &Connection, block: i64| {
             conn.execute(insert, [block * 64 + 1]).unwrap();
             pend(conn, block * 64 + 1).unwrap();
@@ -696,7 +696,7 @@ mod tests {
     fn a_block_that_is_not_json_matches_everything() {
         let mut conn = database();
         conn.execute(
-            "INSERT INTO calls (rowid, project_key, id, inputs) VALUES (1, 1, 'a', '\"\\q\"')",
+            "INSERT INTO calls (rowid, project_key, id, bucket, inputs) VALUES (1, 1, 'a', 0, '\"\\q\"')",
             [],
         )
         .unwrap();
