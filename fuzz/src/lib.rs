@@ -16,13 +16,14 @@ pub const PROJECT: &str = "e/p";
 /// every JSON type (and for array indexes to meet objects).
 const SEED: &str = r#"
 INSERT INTO project_keys (project_key, project_id) VALUES (1, 'e/p');
-INSERT INTO calls (project_key, id, trace_id, op_name, display_name, started_at, ended_at,
-                   attributes, inputs, output, summary, exception, wb_run_step)
-VALUES (1, 'c1', 't1', 'weave:///e/p/op/f:d', NULL, 1000000, 2000000,
+INSERT INTO call_buckets (project_key, bucket) VALUES (1, 0);
+INSERT INTO calls (project_key, bucket, id, trace_id, op_name, display_name, started_at,
+                   ended_at, attributes, inputs, output, summary, exception, wb_run_step)
+VALUES (1, 0, 'c1', 't1', 'weave:///e/p/op/f:d', NULL, 1000000, 2000000,
         '{"a":{"b":[1,"x",{"c":null}]}}',
         '{"x":1,"s":"str","l":[0,1.5,true],"o":{"k":"v","0":"z"},"n":null}',
         '{"y":[{"z":2}]}', '{"status_counts":{"error":0},"usage":{"m":{"t":3}}}', NULL, 1),
-       (1, 'c2', 't1', 'plain', 'shown', 1500000, NULL, '{}', '[1,2]', NULL, '{}', 'boom',
+       (1, 0, 'c2', 't1', 'plain', 'shown', 1500000, NULL, '{}', '[1,2]', NULL, '{}', 'boom',
         NULL);
 INSERT INTO feedback (project_id, id, weave_ref, feedback_type, creator, payload, created_at,
                       runnable_ref, trigger_ref)

@@ -89,8 +89,8 @@ fn database(pretest_and_index: bool) -> Connection {
         .unwrap();
     for (i, inputs) in DOCUMENTS.iter().enumerate() {
         conn.execute(
-            "INSERT INTO calls (rowid, project_key, id, trace_id, op_name, started_at, \
-             attributes, inputs, summary) VALUES (?1, ?2, ?3, ?3, 'op', ?4, '{}', ?5, '{}')",
+            "INSERT INTO calls (rowid, project_key, id, bucket, trace_id, op_name, started_at, \
+             attributes, inputs, summary) VALUES (?1, ?2, ?3, 0, ?3, 'op', ?4, '{}', ?5, '{}')",
             rusqlite::params![
                 BLOCK * (i as i64 + 1),
                 1,

@@ -9,7 +9,7 @@ use rusqlite::{Row, params};
 
 use super::borrowed::Param;
 use super::buckets::{self, in_project};
-use super::id_directory::{self, by_id};
+use super::id_directory::{self, Found, Known, by_id};
 use super::project_keys::{self, key_of};
 use super::values::{empty_object, raw};
 use super::writer::{WriteConn, backend};
@@ -25,7 +25,7 @@ use crate::{CallStore, CallStream, Result};
 /// (`name_updated` = 1), the end part's name (`name_updated` = 2), the start's (0).
 /// A source only replaces a name of the same or a lower rank, whatever the arrival order.
 /// ?1 is the project's key ([`project_keys`]). ?21 is the end part's name. ?23 is the bucket of
-/// the existing row, found by id ([`id_directory::find`]), or else of a new row
+/// the existing row, found by id ([`Known`]), or else of a new row
 /// ([`id_directory::bucket_for_new_rows`]). ?24 is the id of the resource taken out of the
 /// dump, ?12 ([`otel_resources`]).
 const UPSERT_CALL_PART: &str = "
@@ -81,7 +81,7 @@ const DELETE_CALLS: &str = concat!(
     "
 WITH RECURSIVE doomed(r, id) AS (
     SELECT * FROM (",
-    by_id!("c.rowid, c.id", key_of!("?1"), "SELECT value FROM json_each(?2)"),
+    by_id!("c.rowid, c.id", key_of!("?1"), "?2"),
     ")
     UNION
     SELECT c.rowid, c.id FROM calls c JOIN doomed d ON c.parent_id = d.id
@@ -250,14 +250,23 @@ impl CallStore for SqliteStore {
                 let mut listed = None;
                 let bucket = id_directory::bucket_for_new_rows(conn).map_err(backend)?;
                 let mut projects = Vec::new();
-                let mut resources = Vec::new();
-                for ((p, &status), split) in parts.iter().zip(&statuses).zip(&splits) {
-                    let project = once_per_batch(&mut projects, p.project.as_str(), |id| {
-                        let key = project_keys::key(conn, id)?;
-                        buckets::list(conn, key, bucket)?;
-                        Ok(key)
+                let keys = parts
+                    .iter()
+                    .map(|p| {
+                        once_per_batch(&mut projects, p.project.as_str(), |id| {
+                            let key = project_keys::key(conn, id)?;
+                            buckets::list(conn, key, bucket)?;
+                            Ok(key)
+                        })
                     })
+                    .collect::<rusqlite::Result<Vec<_>>>()
                     .map_err(backend)?;
+                let ids = keys.iter().zip(&parts).map(|(&key, p)| (key, p.id.as_str()));
+                let mut known = Known::look_up(conn, ids).map_err(backend)?;
+                let mut resources = Vec::new();
+                for (((p, &project), &status), split) in
+                    parts.iter().zip(&keys).zip(&statuses).zip(&splits)
+                {
                     let whole = p.start.as_ref().and_then(|s| s.otel_dump.as_deref());
                     let dump = match (split, whole) {
                         (Some(split), Some(whole)) => {
@@ -270,11 +279,17 @@ impl CallStore for SqliteStore {
                         }
                         _ => Dump { text: whole, resource: None },
                     };
-                    let found = id_directory::find(conn, project, &p.id).map_err(backend)?;
+                    let found = known.get(project, &p.id);
                     let place = Place { project, bucket: found.map_or(bucket, |f| f.bucket) };
                     upsert_part(conn, p, status, place, dump).map_err(backend)?;
-                    // The row found, or the one just inserted.
-                    let rowid = found.map_or_else(|| conn.last_insert_rowid(), |f| f.rowid);
+                    let rowid = match found {
+                        Some(found) => found.rowid,
+                        None => {
+                            let rowid = conn.last_insert_rowid();
+                            known.inserted(project, &p.id, Found { rowid, bucket });
+                            rowid
+                        }
+                    };
                     let block = Some(rowid >> text_index::BLOCK_SHIFT);
                     if block != listed {
                         text_index::pend(conn, rowid).map_err(backend)?;
@@ -291,7 +306,8 @@ impl CallStore for SqliteStore {
         self.writer
             .exec(move |conn| {
                 let key = project_keys::key(conn, project.as_str()).map_err(backend)?;
-                let bucket = match id_directory::find(conn, key, &id).map_err(backend)? {
+                let known = Known::look_up(conn, [(key, id.as_str())]).map_err(backend)?;
+                let bucket = match known.get(key, &id) {
                     Some(found) => found.bucket,
                     None => {
                         let bucket = id_directory::bucket_for_new_rows(conn).map_err(backend)?;

@@ -175,9 +175,9 @@ pub(crate) fn where_clause(sql: &mut Sql, q: &CallsQuery) {
     // read by rowid (docs/storage.md#id-directory).
     if let Some(ids) = f.call_ids.as_ref().filter(|ids| !ids.is_empty()) {
         let ids = Value::Text(serde_json::to_string(ids).expect("strings serialise"));
-        let by_id = by_id!("c.rowid", key_of!("?"), "SELECT value FROM json_each(?)");
+        let by_id = by_id!("c.rowid", key_of!("?"), "?");
         sql.push(" AND rowid IN (").push(by_id).push(")");
-        sql.params.extend([project(), ids.clone(), project(), ids]);
+        sql.params.extend([ids.clone(), project(), ids, project()]);
     }
     filter(sql, &q.filter);
     and_expr(sql, q.expr.as_ref());

@@ -12,38 +12,42 @@
 //! tens of new entries at once rather than one per commit.
 //!
 //! A call is in one bucket only: every write that may insert a row looks its id up first
-//! ([`find`]), in the same transaction on the one writer, and updates the row where it is.
+//! ([`Known`]), in the same transaction on the one writer, and updates the row where it is.
 
-use rusqlite::{Connection, OptionalExtension, params};
+use std::collections::HashMap;
+
+use rusqlite::{Connection, params};
 
 use super::buckets;
 
-/// The rows of the calls of the project whose key is the SQL expression `$key`, with an id among
-/// `$ids` (an SQL expression or a `SELECT` of one column), selecting `$columns` of them (`c`):
-/// the one rule every statement that finds calls by id follows. The directory gives the bucket of
-/// an id merged into it; each bucket of the project after the directory's is probed for the rest.
-/// `$key` and `$ids` are each written twice, in the order key, ids, key, ids, for statements
-/// that bind placeholders in order. The joins are `CROSS JOIN`s, which SQLite never reorders:
-/// without statistics it read the unmerged buckets' entries through the unique index's range
-/// and tested each id, rather than seek each bucket.
+/// The rows of the calls of the project whose key is the SQL expression `$key`, with an id in the
+/// JSON array of strings `$ids`, selecting `$columns` of them (`c`): the one rule every statement
+/// that finds calls by id follows. The directory gives the bucket of an id merged into it; each
+/// bucket of the project after the directory's is probed for the rest. `$key` and `$ids` are
+/// each written twice, in the order ids, key, ids, key, for statements that bind placeholders in
+/// order.
+///
+/// The joins are `CROSS JOIN`s, which SQLite never reorders, from the ids outward: each step is
+/// then a seek on the whole key. Given the ids as an `IN` list instead, the planner read every
+/// entry of the unmerged buckets through the unique index and tested each against the list.
 macro_rules! by_id {
     ($columns:literal, $key:expr, $ids:expr) => {
         concat!(
             "SELECT ",
             $columns,
-            " FROM call_ids d CROSS JOIN calls c ON c.project_key = d.project_key AND c.bucket = d.bucket \
-             AND c.id = d.id WHERE d.project_key = ",
-            $key,
-            " AND d.id IN (",
+            " FROM json_each(",
             $ids,
-            ") UNION ALL SELECT ",
+            ") j CROSS JOIN call_ids d CROSS JOIN calls c WHERE d.project_key = ",
+            $key,
+            " AND d.id = j.value AND c.project_key = d.project_key AND c.bucket = d.bucket \
+             AND c.id = d.id UNION ALL SELECT ",
             $columns,
-            " FROM call_buckets b CROSS JOIN calls c ON c.project_key = b.project_key \
-             AND c.bucket = b.bucket WHERE b.project_key = ",
-            $key,
-            " AND b.bucket > (SELECT merged FROM call_ids_merged) AND c.id IN (",
+            " FROM json_each(",
             $ids,
-            ")"
+            ") j CROSS JOIN call_buckets b CROSS JOIN calls c WHERE b.project_key = ",
+            $key,
+            " AND b.bucket > (SELECT merged FROM call_ids_merged) \
+             AND c.project_key = b.project_key AND c.bucket = b.bucket AND c.id = j.value"
         )
     };
 }
@@ -68,7 +72,7 @@ ORDER BY c.project_key, c.id";
 
 const SET_MERGED: &str = "UPDATE call_ids_merged SET merged = ?1";
 
-const FIND: &str = by_id!("c.rowid, c.bucket", "?1", "?2");
+const FIND: &str = by_id!("c.id, c.rowid, c.bucket", "?1", "?2");
 
 /// The bucket a row inserted now goes into, in the caller's transaction: the stretch of the next
 /// rowid ([`buckets::SHIFT`]), but never a bucket already merged into the directory, where no
@@ -86,18 +90,64 @@ pub(crate) fn bucket_for_new_rows(conn: &Connection) -> rusqlite::Result<i64> {
     Ok(current)
 }
 
-/// Where the call `id` of the project of key `project` is: its rowid and its bucket.
-pub(crate) fn find(conn: &Connection, project: i64, id: &str) -> rusqlite::Result<Option<Found>> {
-    conn.prepare_cached(FIND)?
-        .query_row(params![project, id], |r| Ok(Found { rowid: r.get(0)?, bucket: r.get(1)? }))
-        .optional()
-}
-
 /// A call's row, found by id.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Found {
     pub rowid: i64,
     pub bucket: i64,
+}
+
+/// Where the calls a write job names are, by project key and id: looked up for the whole job in
+/// one statement per project ([`Known::look_up`]), whose seeks SQLite makes in the ids' order, and
+/// kept as the job inserts rows ([`Known::inserted`]), so that a later part of the same call
+/// updates the row an earlier one inserted.
+#[derive(Default)]
+pub(crate) struct Known {
+    by_project: Vec<(i64, HashMap<String, Found>)>,
+}
+
+impl Known {
+    /// Looks up every `(project key, id)` of `ids`, in the caller's transaction.
+    pub fn look_up<'a>(
+        conn: &Connection,
+        ids: impl IntoIterator<Item = (i64, &'a str)>,
+    ) -> rusqlite::Result<Known> {
+        let mut wanted: Vec<(i64, Vec<&str>)> = Vec::new();
+        for (project, id) in ids {
+            match wanted.iter_mut().find(|(p, _)| *p == project) {
+                Some((_, ids)) => ids.push(id),
+                None => wanted.push((project, vec![id])),
+            }
+        }
+        let mut st = conn.prepare_cached(FIND)?;
+        let mut known = Known::default();
+        for (project, mut ids) in wanted {
+            // In order, the seeks walk each index's leaves once.
+            ids.sort_unstable();
+            let ids = serde_json::to_string(&ids).expect("strings serialise");
+            let rows = st.query_map(params![project, ids], |r| {
+                Ok((r.get(0)?, Found { rowid: r.get(1)?, bucket: r.get(2)? }))
+            })?;
+            known.by_project.push((project, rows.collect::<rusqlite::Result<_>>()?));
+        }
+        Ok(known)
+    }
+
+    /// Where the call `id` of the project of key `project` is, if it was found or inserted.
+    pub fn get(&self, project: i64, id: &str) -> Option<Found> {
+        let (_, ids) = self.by_project.iter().find(|(p, _)| *p == project)?;
+        ids.get(id).copied()
+    }
+
+    /// Records a row the job inserted.
+    pub fn inserted(&mut self, project: i64, id: &str, found: Found) {
+        match self.by_project.iter_mut().find(|(p, _)| *p == project) {
+            Some((_, ids)) => {
+                ids.insert(id.to_owned(), found);
+            }
+            None => self.by_project.push((project, HashMap::from([(id.to_owned(), found)]))),
+        }
+    }
 }
 
 #[cfg(test)]
@@ -135,47 +185,60 @@ mod tests {
         // Buckets 0 to 2 are sealed, and 3 is the newest: under MERGE_AFTER, nothing merged.
         assert_eq!(bucket_for_new_rows(&conn).unwrap(), 3);
         assert_eq!(merged(&conn), -1);
-        let found = |id| find(&conn, 1, id).unwrap().map(|f| f.bucket);
+        let find = |project, id| Known::look_up(&conn, [(project, id)]).unwrap().get(project, id);
+        let found = |id| find(1, id).map(|f| f.bucket);
         for (id, bucket) in [("a", 0), ("b", 0), ("c", 2), ("d", 3)] {
             assert_eq!(found(id), Some(bucket), "{id} unmerged");
         }
         insert(&conn, 41_000, "e", 5);
         assert_eq!(bucket_for_new_rows(&conn).unwrap(), 5);
         assert_eq!(merged(&conn), 4);
-        let entries: i64 = conn.query_row("SELECT count(*) FROM call_ids", [], |r| r.get(0)).unwrap();
+        let entries: i64 =
+            conn.query_row("SELECT count(*) FROM call_ids", [], |r| r.get(0)).unwrap();
         assert_eq!(entries, 4);
         for (id, bucket) in [("a", 0), ("b", 0), ("c", 2), ("d", 3), ("e", 5)] {
             assert_eq!(found(id), Some(bucket), "{id} merged");
         }
         assert_eq!(found("z"), None);
-        assert_eq!(find(&conn, 2, "a").unwrap(), None, "another project's id");
+        assert_eq!(find(2, "a"), None, "another project's id");
         // The newest rows purged: new rows still go after the merged buckets.
         conn.execute("DELETE FROM calls WHERE rowid >= 30000", []).unwrap();
         assert_eq!(bucket_for_new_rows(&conn).unwrap(), 5);
         assert_eq!(found("d"), None);
-        let entries: i64 = conn.query_row("SELECT count(*) FROM call_ids", [], |r| r.get(0)).unwrap();
+        let entries: i64 =
+            conn.query_row("SELECT count(*) FROM call_ids", [], |r| r.get(0)).unwrap();
         assert_eq!(entries, 3, "a deleted row's entry goes with it");
     }
 
-    /// The lookup seeks: the directory by id, and each unmerged bucket by bucket and id.
+    /// The lookup seeks on whole keys: the directory by id, and each unmerged bucket by bucket
+    /// and id, for many ids at once, with the statistics the writer takes at open of an empty
+    /// database, which say every table is empty.
     #[test]
     fn a_lookup_seeks_the_directory_and_each_unmerged_bucket() {
         let dir = tempfile::tempdir().unwrap();
         let conn = migrations::database_at(dir.path(), migrations::LATEST);
+        super::super::writer::analyze(&conn);
+        for rowid in 1..3_000 {
+            insert(&conn, rowid, &format!("{rowid:x}"), rowid >> buckets::SHIFT);
+        }
+        conn.execute("INSERT INTO call_ids SELECT project_key, id, bucket FROM calls", []).unwrap();
+        let ids: Vec<String> = (1..200).map(|i| format!("{:x}", i * 7)).collect();
         let plan: Vec<String> = conn
             .prepare(&format!("EXPLAIN QUERY PLAN {FIND}"))
             .unwrap()
-            .query_map(params![1, "a"], |r| r.get(3))
+            .query_map(params![1, serde_json::to_string(&ids).unwrap()], |r| r.get(3))
             .unwrap()
             .collect::<rusqlite::Result<_>>()
             .unwrap();
-        let plan = plan.join("\n");
-        for step in [
-            "SEARCH d USING PRIMARY KEY (project_key=? AND id=?)",
-            "SEARCH b USING PRIMARY KEY (project_key=? AND bucket>?)",
-            "SEARCH c USING COVERING INDEX sqlite_autoindex_calls_1 (project_key=? AND bucket=? AND id=?)",
-        ] {
-            assert!(plan.contains(step), "{step} not in\n{plan}");
-        }
+        let seeks = |step: &str| plan.iter().filter(|s| s.as_str() == step).count();
+        let whole_key = "SEARCH c USING COVERING INDEX sqlite_autoindex_calls_1 \
+                         (project_key=? AND bucket=? AND id=?)";
+        assert_eq!(seeks("SEARCH d USING PRIMARY KEY (project_key=? AND id=?)"), 1, "{plan:#?}");
+        assert_eq!(
+            seeks("SEARCH b USING PRIMARY KEY (project_key=? AND bucket>?)"),
+            1,
+            "{plan:#?}"
+        );
+        assert_eq!(seeks(whole_key), 2, "{plan:#?}");
     }
 }

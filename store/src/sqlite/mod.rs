@@ -9,9 +9,9 @@ mod annotation_queues;
 mod blobs;
 mod borrowed;
 mod buckets;
-mod id_directory;
 mod calls;
 mod checkpointer;
+mod id_directory;
 // `functions` and `sql` are public for the fuzz targets, which render queries and run them on
 // an in-memory database (docs/fuzzing.md).
 mod compile;

@@ -471,7 +471,8 @@ mod tests {
     #[test]
     fn a_block_too_large_to_read_matches_everything() {
         let mut conn = database();
-        let insert = "INSERT INTO calls (rowid, project_key, id, bucket, inputs) VALUES (?1, 1, ?1, 0, ?2)";
+        let insert =
+            "INSERT INTO calls (rowid, project_key, id, bucket, inputs) VALUES (?1, 1, ?1, 0, ?2)";
         let large = serde_json::to_string(&"ab".repeat(MAX_BLOCK_BYTES as usize / 2)).unwrap();
         for (rowid, inputs) in [(1, large.as_str()), (64, r#""small""#)] {
             conn.execute(insert, params![rowid, inputs]).unwrap();
