@@ -136,6 +136,16 @@ fn cases(facts: &Facts, child_op: &str) -> Vec<Case> {
             row_ok: Box::new(move |r| r["trace_id"] == id.as_str()),
         });
     }
+    if let Some(call) = &facts.sample_call {
+        let id = call.clone();
+        cases.push(Case {
+            name: "one call (`call_ids`)",
+            filter: json!({"call_ids": [call]}),
+            query: Value::Null,
+            expected: 1,
+            row_ok: Box::new(move |r| r["id"] == id.as_str()),
+        });
+    }
     cases.push(Case {
         name: "substring (`$contains` on `inputs.question`)",
         filter: Value::Null,

@@ -80,6 +80,8 @@ pub(crate) struct Facts {
     pub(crate) starts_us: Vec<i64>,
     /// A trace from the middle of the workload: its id and its number of calls.
     pub(crate) sample_trace: Option<(String, usize)>,
+    /// The id of that trace's root call.
+    pub(crate) sample_call: Option<String>,
 }
 
 /// The calls of [`generate`] (plus a [`Shape`]) one request body's worth at a time, so that a
@@ -158,6 +160,7 @@ impl Batches {
         }
         if trace == self.n.div_ceil(self.children + 1) / 2 {
             f.sample_trace = Some((root["trace_id"].as_str().unwrap_or_default().into(), size));
+            f.sample_call = root["id"].as_str().map(str::to_owned);
         }
         for call in &calls {
             *f.ops.entry(call["op_name"].as_str().unwrap_or_default().to_owned()).or_default() += 1;
