@@ -61,12 +61,13 @@ const MERGE_AFTER: i64 = 4;
 const NEXT_ROWID_AND_MERGED: &str =
     "SELECT IFNULL(MAX(rowid), 0) + 1, (SELECT merged FROM call_ids_merged) FROM calls";
 
-/// Every id of the buckets after ?1 and before ?2, in the directory's order. A duplicate, which
-/// the writer never makes, replaces the entry rather than stop every later write.
+/// Every id of the buckets after ?1 and before ?2, in the directory's order, read bucket by
+/// bucket from the unique index. A duplicate, which the writer never makes, replaces the entry
+/// rather than stop every later write.
 const MERGE: &str = "
 INSERT OR REPLACE INTO call_ids (project_key, id, bucket)
 SELECT c.project_key, c.id, c.bucket FROM call_buckets b
-JOIN calls c ON c.project_key = b.project_key AND c.bucket = b.bucket
+CROSS JOIN calls c ON c.project_key = b.project_key AND c.bucket = b.bucket
 WHERE b.bucket > ?1 AND b.bucket < ?2
 ORDER BY c.project_key, c.id";
 
@@ -240,5 +241,16 @@ mod tests {
             "{plan:#?}"
         );
         assert_eq!(seeks(whole_key), 2, "{plan:#?}");
+
+        let merge: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {MERGE}"))
+            .unwrap()
+            .query_map(params![-1, 5], |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let bucket_by_bucket = "SEARCH c USING COVERING INDEX sqlite_autoindex_calls_1 \
+                                (project_key=? AND bucket=?)";
+        assert!(merge.iter().any(|s| s == bucket_by_bucket), "{merge:#?}");
     }
 }
