@@ -27,9 +27,10 @@ use super::buckets;
 /// each written twice, in the order ids, key, ids, key, for statements that bind placeholders in
 /// order.
 ///
-/// The joins are `CROSS JOIN`s, which SQLite never reorders, from the ids outward: each step is
-/// then a seek on the whole key. Given the ids as an `IN` list instead, the planner read every
-/// entry of the unmerged buckets through the unique index and tested each against the list.
+/// The joins are `CROSS JOIN`s, which SQLite never reorders, so that each step into an index is
+/// a seek on its whole key: the directory for each id, and each unmerged bucket for each id.
+/// Given the ids as an `IN` list instead, the planner read every entry of the unmerged buckets
+/// through the unique index and tested each against the list.
 macro_rules! by_id {
     ($columns:literal, $key:expr, $ids:expr) => {
         concat!(
@@ -42,9 +43,9 @@ macro_rules! by_id {
             " AND d.id = j.value AND c.project_key = d.project_key AND c.bucket = d.bucket \
              AND c.id = d.id UNION ALL SELECT ",
             $columns,
-            " FROM json_each(",
+            " FROM call_buckets b CROSS JOIN json_each(",
             $ids,
-            ") j CROSS JOIN call_buckets b CROSS JOIN calls c WHERE b.project_key = ",
+            ") j CROSS JOIN calls c WHERE b.project_key = ",
             $key,
             " AND b.bucket > (SELECT merged FROM call_ids_merged) \
              AND c.project_key = b.project_key AND c.bucket = b.bucket AND c.id = j.value"
