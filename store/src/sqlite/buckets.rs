@@ -4,8 +4,9 @@
 //! leaf of its own, anywhere in the index, and a commit writes one whole page per new row and
 //! index. `calls.bucket` puts the rowid's stretch at insert after the project in the trace,
 //! parent and turns indexes and in the unique one: new rows then only touch the leaves of the
-//! newest bucket, a few dozen pages however large the table grows. A lookup by trace or parent probes every bucket of its project instead of one
-//! place: a descent per bucket, one per 8,192 rows written.
+//! newest bucket, a few dozen pages however large the table grows. A lookup by trace or parent
+//! probes every bucket of its project instead of one place: a descent per bucket, one per 8,192
+//! rows written.
 //!
 //! Every row's bucket is listed in `call_buckets` for its project, in the transaction that
 //! writes the row ([`list`]). Which bucket a new row goes into is the id directory's to say

@@ -105,7 +105,7 @@ impl Dialect for Sql {
 /// calls; through the trace index it takes a millisecond (docs/storage.md#indexes). Both
 /// indexes are bucketed: [`where_clause`] names the buckets to probe.
 fn bucketed_table(f: &CallsFilter) -> Option<&'static str> {
-    match (&f.call_ids, &f.trace_ids, &f.parent_ids) {
+    match (listed_ids(f), &f.trace_ids, &f.parent_ids) {
         (None, Some(_), _) => Some("calls INDEXED BY calls_by_trace"),
         (None, None, Some(_)) => Some("calls INDEXED BY calls_by_parent"),
         _ => None,
@@ -196,8 +196,10 @@ pub(crate) fn where_clause(sql: &mut Sql, q: &CallsQuery) {
     and_expr(sql, q.expr.as_ref());
 }
 
-pub(crate) fn filter(sql: &mut Sql, f: &CallsFilter) {
-    for (col, list) in f.memberships() {
+fn filter(sql: &mut Sql, f: &CallsFilter) {
+    // Listed call ids are found by rowid in `where_clause`; testing each row's id again would
+    // add nothing.
+    for (col, list) in f.memberships().filter(|&(col, _)| col != "id") {
         sql.push(" AND ").push(col).push(" IN ").bind_list(list);
     }
     if let Some((exact, prefixes)) = f.op_name_patterns() {
