@@ -10,6 +10,7 @@ use rusqlite::{Row, params};
 use super::borrowed::Param;
 use super::buckets::{self, in_project};
 use super::id_directory::{self, Found, Known, by_id};
+use super::id_filter;
 use super::project_keys::{self, key_of};
 use super::values::{empty_object, raw};
 use super::writer::{WriteConn, backend};
@@ -244,8 +245,11 @@ impl CallStore for SqliteStore {
             .iter()
             .map(|p| p.start.as_ref()?.otel_dump.as_deref().and_then(otel_resources::split))
             .collect();
+        let filter = self.ids.clone();
         self.writer
             .exec(move |conn| {
+                let mut filter = id_filter::lock(&filter);
+                filter.start_job(conn).map_err(backend)?;
                 // New rows of a batch are consecutive: their blocks are listed once each, and
                 // they share a bucket, listed once for each project, whose key is looked up
                 // once; so is each resource.
@@ -263,7 +267,11 @@ impl CallStore for SqliteStore {
                     })
                     .collect::<rusqlite::Result<Vec<_>>>()
                     .map_err(backend)?;
-                let ids = keys.iter().zip(&parts).map(|(&key, p)| (key, p.id.as_str()));
+                let ids = keys
+                    .iter()
+                    .zip(&parts)
+                    .map(|(&key, p)| (key, p.id.as_str()))
+                    .filter(|&(key, id)| filter.may_hold(key, id));
                 let mut known = Known::look_up(conn, ids).map_err(backend)?;
                 let mut resources = Vec::new();
                 for (((p, &project), &status), split) in
@@ -289,6 +297,7 @@ impl CallStore for SqliteStore {
                         None => {
                             let rowid = conn.last_insert_rowid();
                             known.inserted(project, &p.id, Found { rowid, bucket });
+                            filter.inserted(project, &p.id);
                             rowid
                         }
                     };
@@ -305,15 +314,23 @@ impl CallStore for SqliteStore {
 
     async fn set_call_display_name(&self, project: &ProjectId, id: &str, name: &str) -> Result<()> {
         let (project, id, name) = (project.clone(), id.to_owned(), name.to_owned());
+        let filter = self.ids.clone();
         self.writer
             .exec(move |conn| {
+                let mut filter = id_filter::lock(&filter);
+                filter.start_job(conn).map_err(backend)?;
                 let key = project_keys::key(conn, project.as_str()).map_err(backend)?;
-                let known = Known::look_up(conn, [(key, id.as_str())]).map_err(backend)?;
-                let bucket = match known.get(key, &id) {
+                let found = if filter.may_hold(key, &id) {
+                    Known::look_up(conn, [(key, id.as_str())]).map_err(backend)?.get(key, &id)
+                } else {
+                    None
+                };
+                let bucket = match found {
                     Some(found) => found.bucket,
                     None => {
                         let bucket = id_directory::bucket_for_new_rows(conn).map_err(backend)?;
                         buckets::list(conn, key, bucket).map_err(backend)?;
+                        filter.inserted(key, &id);
                         bucket
                     }
                 };
@@ -892,5 +909,59 @@ mod tests {
         // b's subtree spans buckets 0, 1 and 12.
         assert_eq!(store.delete_calls(&project, &["b".into()]).await.unwrap(), 3);
         assert_eq!(ids(&store, filtered(json!({"trace_ids": ["t"]}))).await, ["a", "e"]);
+    }
+
+    /// Two stores on one database, as separate roles sharing a data directory are: each one's
+    /// id filter is built, then parts of one call and renames come from both, and every call
+    /// stays one row with every part's columns.
+    #[tokio::test]
+    async fn parts_from_two_writers_meet_in_one_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let a = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let b = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let project = ProjectId::parse("e/p").unwrap();
+        for (store, id) in [(&a, "from-a"), (&b, "from-b")] {
+            store.apply_call_parts(vec![part(id, Some(start()), None)]).await.unwrap();
+            id_filter::lock(&store.ids).wait_for_build();
+        }
+        // Rows of another project move the rowid on: each part below goes to a bucket of its own,
+        // where the upsert's conflict cannot find an earlier part.
+        let filler = Connection::open(dir.path().join(DB_FILE)).unwrap();
+        let skip = |to: i64| {
+            filler
+                .execute(
+                    "INSERT INTO calls (rowid, project_key, id, bucket) VALUES (?1, 1000, ?1, ?1 >> 13)",
+                    [to << 13],
+                )
+                .unwrap();
+        };
+        // Each writes the other's call, seen by the other's filter and not by its own.
+        skip(1);
+        a.apply_call_parts(vec![part("from-b", None, Some(end("{}", None)))]).await.unwrap();
+        skip(2);
+        b.apply_call_parts(vec![part("from-a", None, Some(end("{}", None)))]).await.unwrap();
+        skip(3);
+        a.apply_call_parts(vec![part("x", Some(start()), None)]).await.unwrap();
+        skip(4);
+        b.apply_call_parts(vec![part("x", None, Some(end("{}", None)))]).await.unwrap();
+        skip(5);
+        b.set_call_display_name(&project, "y", "named by b").await.unwrap();
+        skip(6);
+        a.apply_call_parts(vec![part("y", Some(start()), Some(end("{}", None)))]).await.unwrap();
+
+        let rows: Vec<(String, bool, bool)> = filler
+            .prepare(
+                "SELECT id, started_at IS NOT NULL, ended_at IS NOT NULL FROM calls \
+                 WHERE project_key != 1000 ORDER BY id",
+            )
+            .unwrap()
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?, r.get(2)?)))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        let want = ["from-a", "from-b", "x", "y"].map(|id| (id.to_owned(), true, true));
+        assert_eq!(rows, want);
+        let y = ids(&a, filtered(json!({"call_ids": ["y"]}))).await;
+        assert_eq!(y, ["y"]);
     }
 }

@@ -26,6 +26,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0018_otel_resources.sql"),
     include_str!("migrations/0019_turns_by_bucket.sql"),
     include_str!("migrations/0020_id_directory.sql"),
+    include_str!("migrations/0021_writer_generation.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;

@@ -12,6 +12,7 @@ mod buckets;
 mod calls;
 mod checkpointer;
 mod id_directory;
+mod id_filter;
 // `functions` and `sql` are public for the fuzz targets, which render queries and run them on
 // an in-memory database (docs/fuzzing.md).
 mod compile;
@@ -38,6 +39,7 @@ mod values;
 mod writer;
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use r2d2_sqlite::SqliteConnectionManager;
@@ -67,6 +69,8 @@ impl Default for SqliteOptions {
 
 pub struct SqliteStore {
     writer: Writer,
+    /// Used by the writer's jobs only, one at a time; see [`id_filter`].
+    ids: Arc<Mutex<id_filter::IdFilter>>,
     readers: Pool,
     _checkpointer: checkpointer::Checkpointer,
 }
@@ -142,6 +146,7 @@ impl SqliteStore {
             .map_err(backend)?;
         Ok(SqliteStore {
             writer: Writer::start(conn, opts.write_queue.max(1), text_index::idle_work()),
+            ids: Arc::new(Mutex::new(id_filter::IdFilter::new(path))),
             readers,
             _checkpointer: checkpointer,
         })
