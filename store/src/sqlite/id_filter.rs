@@ -34,9 +34,14 @@ use rusqlite::{Connection, params};
 /// cost before the filter, and each halving of it costs about 1.4 bits more per id.
 const FALSE_POSITIVES: f64 = 0.01;
 
-/// Most ids the filter holds: about 1.2 bytes each, so at most about 40 MiB. A writer whose table
-/// holds more looks every id up in SQL, as before the filter.
-const MAX_IDS: usize = 32 << 20;
+/// Most ids the filter holds. Its layers take about 1.2 bytes for each id they have room for,
+/// and have room for two to four times the ids they hold, so at most about 60 MiB. A writer whose
+/// table holds more looks every id up in SQL, as before the filter.
+const MAX_IDS: usize = 16 << 20;
+
+/// Layers past which the writer builds the filter again, in one layer sized for the table: each
+/// layer is a look more for every id, and adds to the share of new ids sent to SQL.
+const MAX_LAYERS: usize = 3;
 
 /// Least time between two builds, when other processes keep writing calls to the database and
 /// so keep making this writer's filter stale.
@@ -102,15 +107,26 @@ impl IdFilter {
         conn.prepare_cached(STAMP)?.execute(params![self.token, generation])?;
         self.last = Some(generation);
         self.receive_build(false);
-        let due = self.next_build.is_some_and(|at| Instant::now() >= at);
-        if self.ready.is_none() && self.building.is_none() && due {
+        // A filter dropped is built again at most every REBUILD_EVERY; one grown to too many
+        // layers at once, as the build's cost is then spread over the ids added since the last.
+        let due = match &self.ready {
+            None => self.next_build.is_some_and(|at| Instant::now() >= at),
+            Some(ids) => ids.layers.len() >= MAX_LAYERS,
+        };
+        if due && self.building.is_none() {
             // Started here, after the stamp: every job from this one on is recorded, and every
             // job before it committed before the build's snapshot.
             let (send, done) = mpsc::sync_channel(1);
             let path = self.path.clone();
             let spawned =
                 std::thread::Builder::new().name("heddle-sqlite-ids".into()).spawn(move || {
-                    let _ = send.send(Connection::open(path).and_then(|conn| build(&conn)));
+                    let started = Instant::now();
+                    let built = Connection::open(path).and_then(|conn| build(&conn));
+                    if let Ok(Some(built)) = &built {
+                        let (ids, ms) = (built.ids.len, started.elapsed().as_millis());
+                        tracing::info!(ids, ms, "id filter built");
+                    }
+                    let _ = send.send(built);
                 });
             match spawned {
                 Ok(_) => self.building = Some(Building { done, inserted: Vec::new() }),
@@ -137,6 +153,7 @@ impl IdFilter {
                 tracing::info!(max = MAX_IDS, "too many calls for the id filter; ids looked up");
                 self.next_build = None;
                 self.building = None;
+                self.ready = None;
                 return;
             }
             Ok(Err(e)) => {
@@ -224,8 +241,8 @@ fn hash(project: i64, id: &str) -> u64 {
 
 /// A Bloom filter that grows: fastbloom's have a fixed size, so once the last layer holds the
 /// ids it has room for, a layer with twice the room is added, and a look tests every layer.
-/// Each layer adds up to [`FALSE_POSITIVES`] to the share of new ids sent to SQL; the layers are
-/// few, as each has twice the room of the one before.
+/// Each layer adds up to [`FALSE_POSITIVES`] to the share of new ids sent to SQL, so at
+/// [`MAX_LAYERS`] the writer builds it again.
 struct Ids {
     layers: Vec<BloomFilter>,
     /// Ids the last layer has room for.
@@ -353,5 +370,31 @@ mod tests {
         job(&mut conn, &mut a, true);
         job(&mut conn, &mut c, true);
         assert!(!c.is_ready(), "after another writer's job at the same generation");
+    }
+
+    /// A filter that grew to [`MAX_LAYERS`] layers is built again in one, sized for the table,
+    /// and holds every id all the while.
+    #[test]
+    fn a_filter_of_many_layers_is_built_again_in_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = migrations::database_at(dir.path(), migrations::LATEST);
+        let mut filter = IdFilter::new(dir.path().join(super::super::DB_FILE));
+        job(&mut conn, &mut filter, true);
+        filter.wait_for_build();
+        let ids: Vec<String> = (0..(1 << 16) * 3 + 1).map(|i| format!("{i:x}")).collect();
+        let tx = conn.transaction().unwrap();
+        filter.start_job(&tx).unwrap();
+        for id in &ids {
+            insert(&tx, id);
+            filter.inserted(1, id);
+        }
+        tx.commit().unwrap();
+        assert_eq!(filter.ready.as_ref().unwrap().layers.len(), MAX_LAYERS);
+        job(&mut conn, &mut filter, true);
+        assert!(filter.building.is_some(), "a build started at once");
+        assert!(ids.iter().all(|id| filter.may_hold(1, id)), "the old filter serves meanwhile");
+        filter.wait_for_build();
+        assert_eq!(filter.ready.as_ref().unwrap().layers.len(), 1);
+        assert!(ids.iter().all(|id| filter.may_hold(1, id)));
     }
 }
