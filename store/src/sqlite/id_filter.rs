@@ -26,13 +26,14 @@ use std::sync::mpsc::{self, Receiver, TryRecvError};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
-use fastbloom::BloomFilter;
 use foldhash::quality::FixedState;
 use rusqlite::{Connection, params};
+use sbbf_rs_safe::Filter as BloomFilter;
 
-/// The share of new ids the filter sends to SQL all the same. Each costs the lookup every id
-/// cost before the filter, and each halving of it costs about 1.4 bits more per id.
-const FALSE_POSITIVES: f64 = 0.01;
+/// Bits of the filter per id it has room for. A split-block Bloom filter sets and tests eight
+/// bits in one 32-byte block per id, one cache line whatever its size; at ten bits per id it sends
+/// about 1 to 2% of new ids to SQL all the same, each costing the lookup every id cost before.
+const BITS_PER_ID: usize = 10;
 
 /// Most ids the filter holds. Its layers take about 1.2 bytes for each id they have room for,
 /// and have room for two to four times the ids they hold, so at most about 60 MiB. A writer whose
@@ -248,10 +249,10 @@ fn hash(project: i64, id: &str) -> u64 {
     FixedState::with_seed(0x6865_6464_6c65).hash_one((project, id))
 }
 
-/// A Bloom filter that grows: fastbloom's have a fixed size, so once the last layer holds the
-/// ids it has room for, a layer with twice the room is added, and a look tests every layer.
-/// Each layer adds up to [`FALSE_POSITIVES`] to the share of new ids sent to SQL, so at
-/// [`MAX_LAYERS`] the writer builds it again.
+/// A Bloom filter that grows: a split-block filter has a fixed size, so once the last layer
+/// holds the ids it has room for, a layer with twice the room is added, and a look tests every
+/// layer. Each layer adds to the share of new ids sent to SQL, so at [`MAX_LAYERS`] the writer
+/// builds it again.
 struct Ids {
     layers: Vec<BloomFilter>,
     /// Ids the last layer has room for.
@@ -269,7 +270,7 @@ impl Ids {
     }
 
     fn layer(room: usize) -> BloomFilter {
-        BloomFilter::with_false_pos(FALSE_POSITIVES).expected_items(room)
+        BloomFilter::new(BITS_PER_ID, room)
     }
 
     fn contains(&self, hash: u64) -> bool {
