@@ -160,10 +160,8 @@ impl IdFilter {
             Err(TryRecvError::Empty) => return,
             Ok(Ok(Some(built))) => built,
             Ok(Ok(None)) => {
-                tracing::info!(max = MAX_IDS, "too many calls for the id filter; ids looked up");
-                self.next_build = None;
                 self.building = None;
-                self.ready = None;
+                self.give_up();
                 return;
             }
             Ok(Err(e)) => {
@@ -200,14 +198,20 @@ impl IdFilter {
         if let Some(ids) = &mut self.ready {
             ids.insert(hash(project, id));
             if ids.len > MAX_IDS {
-                tracing::info!(max = MAX_IDS, "too many calls for the id filter; ids looked up");
-                self.ready = None;
-                self.next_build = None;
+                self.give_up();
             }
         }
         if let (Some(building), Some(generation)) = (&mut self.building, self.last) {
             building.inserted.push((generation, project, id.into()));
         }
+    }
+
+    /// Drops the filter for good: the table holds more than [`MAX_IDS`] calls, and every id is
+    /// looked up in SQL from now on.
+    fn give_up(&mut self) {
+        tracing::info!(max = MAX_IDS, "too many calls for the id filter; ids looked up");
+        self.ready = None;
+        self.next_build = None;
     }
 
     /// Waits for the build under way and installs it.
