@@ -45,16 +45,19 @@ fuzz_target!(|data: &[u8]| {
     write_protobuf(&bytes);
     let counted = wire::count(&bytes).expect("a decoded JSON request passes the wire count");
     assert_eq!(counted.spans, n, "wire::count and the JSON decoder disagree");
+    let by_prost = ExportTraceServiceRequest::decode(&bytes[..]).expect("a re-encoded request decodes");
+    assert_eq!(by_prost.encode_to_vec(), bytes, "protobuf round trip changed the request");
     let back = otlp::decode_protobuf(&bytes).expect("a re-encoded request decodes");
-    assert_eq!(back.encode_to_vec(), bytes, "protobuf round trip changed the request");
+    let read = otlp::Request::from(&req);
+    assert_eq!(format!("{back:?}"), format!("{read:?}"), "read in place differently");
 
     let project = ProjectId::parse("fuzz/otlp").unwrap();
-    let from_json = otlp::convert(&req, Some(&project), Some("u")).expect("a header project");
+    let from_json = otlp::convert(&read, Some(&project), Some("u")).expect("a header project");
     assert_eq!(from_json.parts.len() + from_json.rejected as usize, n);
     let from_proto = otlp::convert(&back, Some(&project), Some("u")).expect("a header project");
     assert_eq!(from_json.parts, from_proto.parts, "JSON and protobuf convert differently");
     assert_eq!(from_json.rejected, from_proto.rejected);
-    if let Ok(c) = otlp::convert(&req, None, None) {
+    if let Ok(c) = otlp::convert(&read, None, None) {
         assert_eq!(c.parts.len() + c.rejected as usize, n);
     }
 });

@@ -63,8 +63,10 @@ impl Signal for Traces {
         message: Bytes,
     ) -> BoxFuture<'static, Result<Self::Response, ApiError>> {
         Box::pin(async move {
-            let decode = move || Ok::<_, ApiError>(otlp::decode_protobuf(&message)?);
-            ingest.export(&who, project, decode).await
+            let convert = move |project: Option<&ProjectId>, user: Option<&str>| {
+                otlp::convert(&otlp::decode_protobuf(&message)?, project, user)
+            };
+            ingest.export(&who, project, convert).await
         })
     }
 }
@@ -84,7 +86,7 @@ impl Signal for Logs {
         message: Bytes,
     ) -> BoxFuture<'static, Result<Self::Response, ApiError>> {
         Box::pin(async move {
-            let decode = move || Ok::<_, ApiError>(otlp::logs::decode_protobuf(&message)?);
+            let decode = move || otlp::logs::decode_protobuf(&message);
             ingest.export_logs(&who, project, decode).await
         })
     }

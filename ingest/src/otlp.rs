@@ -17,9 +17,7 @@ use heddle_api::settings::prepare;
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
 use heddle_proto::otlp::{self, op};
 use heddle_proto::{ProjectId, ProtoError};
-use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTraceServiceRequest, ExportTraceServiceResponse,
-};
+use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 
 /// Placeholder ops this process already wrote; beyond this many, the memory is reset.
@@ -57,11 +55,20 @@ impl Format {
         }
     }
 
-    fn decode(self, body: &[u8]) -> Result<ExportTraceServiceRequest, ApiError> {
-        Ok(match self {
-            Format::Protobuf => otlp::decode_protobuf(body)?,
-            Format::Json => otlp::decode_json(body)?,
-        })
+    /// Decodes a trace export body and converts its spans (see [`otlp::convert`]). A protobuf
+    /// body is read in place; a JSON one is decoded into prost's types, then read the same way.
+    fn convert(
+        self,
+        body: &[u8],
+        project: Option<&ProjectId>,
+        user: Option<&str>,
+    ) -> Result<otlp::Converted, ProtoError> {
+        match self {
+            Format::Protobuf => otlp::convert(&otlp::decode_protobuf(body)?, project, user),
+            Format::Json => {
+                otlp::convert(&otlp::Request::from(&otlp::decode_json(body)?), project, user)
+            }
+        }
     }
 
     /// An export answer (traces or logs: a message whose only field is `partial_success`).
@@ -92,10 +99,6 @@ pub(crate) fn header_project(headers: &HeaderMap) -> Result<Option<ProjectId>, A
     }
 }
 
-/// How an export request becomes what is stored: `otlp::convert` for traces, `logs::convert`
-/// for logs; given the request, the header's project and the key's user.
-type Converter<Req, T> = fn(&Req, Option<&ProjectId>, Option<&str>) -> Result<T, ProtoError>;
-
 impl OtlpIngest {
     pub(crate) fn state(&self) -> &AppState {
         &self.state
@@ -118,15 +121,17 @@ impl OtlpIngest {
         crate::grpc::routes(self, max_message_bytes)
     }
 
-    /// Decodes (with `decode`, on the blocking pool), converts, authorises and stores one
-    /// export request; the answer carries the rejected spans.
+    /// Decodes and converts one export request (with `convert`, on the blocking pool), then
+    /// authorises and stores it; the answer carries the rejected spans.
     pub(crate) async fn export(
         &self,
         who: &Principal,
         header_project: Option<ProjectId>,
-        decode: impl FnOnce() -> Result<ExportTraceServiceRequest, ApiError> + Send + 'static,
+        convert: impl FnOnce(Option<&ProjectId>, Option<&str>) -> Result<otlp::Converted, ProtoError>
+        + Send
+        + 'static,
     ) -> Result<ExportTraceServiceResponse, ApiError> {
-        let converted = self.convert(who, header_project, decode, otlp::convert).await?;
+        let converted = self.convert(who, header_project, convert).await?;
         let projects: BTreeSet<&ProjectId> = converted.ops.iter().map(|(p, _)| p).collect();
         for p in projects {
             who.check(p)?;
@@ -142,15 +147,15 @@ impl OtlpIngest {
         Ok(response)
     }
 
-    /// Checks the key against the header's project, then decodes an export request (with
-    /// `decode`) and converts it (with `convert`, as the key's user) on the blocking pool, one
-    /// request per core at a time (see [`OtlpIngest::converting`]). Traces and logs alike.
-    pub(crate) async fn convert<Req: 'static, T: Send + 'static>(
+    /// Checks the key against the header's project, then decodes and converts an export
+    /// request with `convert` (given the header's project and the key's user) on the blocking
+    /// pool, one request per core at a time (see [`OtlpIngest::converting`]). Traces and logs
+    /// alike.
+    pub(crate) async fn convert<T: Send + 'static>(
         &self,
         who: &Principal,
         header_project: Option<ProjectId>,
-        decode: impl FnOnce() -> Result<Req, ApiError> + Send + 'static,
-        convert: Converter<Req, T>,
+        convert: impl FnOnce(Option<&ProjectId>, Option<&str>) -> Result<T, ProtoError> + Send + 'static,
     ) -> Result<T, ApiError> {
         if let Some(p) = &header_project {
             who.check(p)?;
@@ -158,7 +163,7 @@ impl OtlpIngest {
         let user = who.user_id().to_owned();
         let _slot = self.converting.acquire().await.expect("the semaphore is never closed");
         heddle_api::blocking(move || -> Result<T, ApiError> {
-            Ok(convert(&decode()?, header_project.as_ref(), Some(&user))?)
+            Ok(convert(header_project.as_ref(), Some(&user))?)
         })
         .await
     }
@@ -208,6 +213,8 @@ async fn export_http(
     let project = header_project(&headers)?;
     // Held until the spans are converted and written: decoding is where a body grows.
     let (bytes, _admitted) = admit_and_decode(&ingest.state, body).await?;
-    let decode = move || format.decode(&bytes);
-    Ok(format.respond(ingest.export(&who, project, decode).await?))
+    let convert = move |project: Option<&ProjectId>, user: Option<&str>| {
+        format.convert(&bytes, project, user)
+    };
+    Ok(format.respond(ingest.export(&who, project, convert).await?))
 }

@@ -13,8 +13,8 @@ use axum::routing::post;
 use axum::{Extension, Router};
 use heddle_api::settings::prepare;
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
-use heddle_proto::ProjectId;
 use heddle_proto::otlp::logs;
+use heddle_proto::{ProjectId, ProtoError};
 use opentelemetry_proto::tonic::collector::logs::v1::{
     ExportLogsServiceRequest, ExportLogsServiceResponse,
 };
@@ -28,9 +28,12 @@ impl OtlpIngest {
         &self,
         who: &Principal,
         header_project: Option<ProjectId>,
-        decode: impl FnOnce() -> Result<ExportLogsServiceRequest, ApiError> + Send + 'static,
+        decode: impl FnOnce() -> Result<ExportLogsServiceRequest, ProtoError> + Send + 'static,
     ) -> Result<ExportLogsServiceResponse, ApiError> {
-        let converted = self.convert(who, header_project, decode, logs::convert).await?;
+        let convert = move |project: Option<&ProjectId>, user: Option<&str>| {
+            logs::convert(&decode()?, project, user)
+        };
+        let converted = self.convert(who, header_project, convert).await?;
         // Nothing is stored unless the key may write every project of the request.
         for p in &converted.projects {
             who.check(p)?;
@@ -61,11 +64,9 @@ async fn export_http(
     let project = header_project(&headers)?;
     // Held until the records are converted and written: decoding is where a body grows.
     let (bytes, _admitted) = admit_and_decode(ingest.state(), body).await?;
-    let decode = move || -> Result<ExportLogsServiceRequest, ApiError> {
-        Ok(match format {
-            Format::Protobuf => logs::decode_protobuf(&bytes)?,
-            Format::Json => logs::decode_json(&bytes)?,
-        })
+    let decode = move || match format {
+        Format::Protobuf => logs::decode_protobuf(&bytes),
+        Format::Json => logs::decode_json(&bytes),
     };
     Ok(format.respond(ingest.export_logs(&who, project, decode).await?))
 }

@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
 
+use super::request::{self, AnyValue};
 use super::values::{attribute_value, flat, nested};
 use super::{MAX_REASONS, json as otlp_json, resource_project, span, wire};
 use crate::calls::Call;
@@ -202,7 +203,8 @@ pub fn convert(
     let mut out = ConvertedLogs::default();
     let mut seq = 0i64;
     for rl in &req.resource_logs {
-        let project = match (header_project, resource_project(rl.resource.as_ref())) {
+        let resource_attrs = rl.resource.as_ref().map(request::Resource::from);
+        let project = match (header_project, resource_project(resource_attrs.as_ref())) {
             (Some(p), _) => p.clone(),
             (None, Some(p)) => p?,
             (None, None) => {
@@ -213,8 +215,8 @@ pub fn convert(
             }
         };
         let resource_ok =
-            rl.resource.as_ref().map_or(Ok(()), |r| span::check_attribute_keys(&r.attributes));
-        let resource = rl.resource.as_ref().map(|r| {
+            resource_attrs.as_ref().map_or(Ok(()), |r| span::check_attribute_keys(&r.attributes));
+        let resource = resource_attrs.as_ref().map(|r| {
             json!({
                 "attributes": nested(&r.attributes),
                 "dropped_attributes_count": r.dropped_attributes_count,
@@ -276,17 +278,18 @@ fn to_log(
     scope: &Value,
     wb_user_id: Option<&str>,
 ) -> Result<OtelLog, String> {
-    span::check_attribute_keys(&rec.attributes)?;
+    let kvs = request::attributes(&rec.attributes);
+    span::check_attribute_keys(&kvs)?;
     let trace_id = optional_id(&rec.trace_id, 16, "trace_id")?;
     let span_id = optional_id(&rec.span_id, 8, "span_id")?;
     let attrs: Map<String, Value> =
-        flat(&rec.attributes).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
+        flat(&kvs).into_iter().map(|(k, v)| (k.to_owned(), v)).collect();
     let event_name = if rec.event_name.is_empty() {
         attrs.get("event.name").and_then(Value::as_str).unwrap_or_default().to_owned()
     } else {
         rec.event_name.clone()
     };
-    let body = attribute_value(rec.body.as_ref());
+    let body = attribute_value(rec.body.as_ref().map(AnyValue::from).as_ref());
     let attributes = Value::Object(attrs);
     let dump = json!({
         "observed_time_unix_nano": nanos(rec.observed_time_unix_nano),

@@ -7,15 +7,15 @@ pub mod conventions;
 mod json;
 pub mod logs;
 pub mod op;
+pub mod request;
 mod span;
 mod tree;
 pub mod values;
 pub mod wire;
 
 use opentelemetry_proto::tonic::collector::trace::v1::{
-    ExportTracePartialSuccess, ExportTraceServiceRequest, ExportTraceServiceResponse,
+    ExportTracePartialSuccess, ExportTraceServiceResponse,
 };
-use prost::Message;
 use std::collections::HashMap;
 
 use crate::ProjectId;
@@ -24,14 +24,13 @@ use crate::calls::CallPart;
 use crate::limits;
 
 pub use json::decode_json;
-pub use span::Scope;
+pub use request::{Request, Scope};
 
-/// Decodes an OTLP/protobuf body; one with more spans or values than [`crate::limits`] allows
-/// is refused before it is decoded.
-pub fn decode_protobuf(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError> {
+/// Decodes an OTLP/protobuf body in place ([`request`]); one with more spans or values than
+/// [`crate::limits`] allows is refused before it is decoded.
+pub fn decode_protobuf(body: &[u8]) -> Result<Request<'_>, ProtoError> {
     wire::count(body)?;
-    ExportTraceServiceRequest::decode(body)
-        .map_err(|e| ProtoError::invalid(format!("invalid OTLP protobuf body: {e}")))
+    Request::decode(body)
 }
 
 /// What a request turned into.
@@ -66,9 +65,7 @@ impl Converted {
     }
 }
 
-fn resource_project(
-    resource: Option<&opentelemetry_proto::tonic::resource::v1::Resource>,
-) -> Option<Result<ProjectId, ProtoError>> {
+fn resource_project(resource: Option<&request::Resource>) -> Option<Result<ProjectId, ProtoError>> {
     let attr = |key: &str| {
         resource?.attributes.iter().find(|kv| kv.key == key).and_then(|kv| match values::any_value(
             kv.value.as_ref()?,
@@ -86,7 +83,7 @@ fn resource_project(
 /// Maps every span of `req` to a call. The project is `header_project` when given, else each
 /// resource's `wandb.entity` + `wandb.project`; a resource with neither fails the request.
 pub fn convert(
-    req: &ExportTraceServiceRequest,
+    req: &Request,
     header_project: Option<&ProjectId>,
     wb_user_id: Option<&str>,
 ) -> Result<Converted, ProtoError> {
@@ -125,15 +122,12 @@ pub fn convert(
             let shared = span::Shared {
                 resource: resource.clone(),
                 resource_depth,
-                scope: Scope {
-                    name: ss.scope.as_ref().map_or("", |s| s.name.as_str()),
-                    version: ss.scope.as_ref().map_or("", |s| s.version.as_str()),
-                },
+                scope: ss.scope.clone().unwrap_or_default(),
             };
             for sp in &ss.spans {
                 let (op, listed) = op_refs
-                    .entry(&sp.name)
-                    .or_insert_with(|| (op::op_ref(&project, &sp.name), false));
+                    .entry(sp.name)
+                    .or_insert_with(|| (op::op_ref(&project, sp.name), false));
                 let converted = resource_ok
                     .clone()
                     .and_then(|()| span::check_keys(sp))
@@ -141,7 +135,7 @@ pub fn convert(
                 match converted {
                     Ok(part) => {
                         if !*listed {
-                            out.ops.insert((project.clone(), sp.name.clone()));
+                            out.ops.insert((project.clone(), sp.name.to_owned()));
                             *listed = true;
                         }
                         out.parts.push(part);
@@ -152,8 +146,8 @@ pub fn convert(
                             out.errors.push(format!(
                                 "span {:?} (trace_id {:?}, span_id {:?}): {reason}",
                                 sp.name,
-                                hex::encode(&sp.trace_id),
-                                hex::encode(&sp.span_id)
+                                hex::encode(sp.trace_id),
+                                hex::encode(sp.span_id)
                             ));
                         }
                     }

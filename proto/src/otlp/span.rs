@@ -5,14 +5,13 @@
 use std::borrow::Cow;
 use std::hash::BuildHasher;
 
-use opentelemetry_proto::tonic::common::v1::KeyValue;
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
-use opentelemetry_proto::tonic::trace::v1::{Span, Status};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
 use super::conventions as conv;
+use super::request::{KeyValue, Scope, Span, Status};
 use super::tree::{Leaf, Node, Tree};
 use super::values::{Attr, index_maps_to_lists, nested, span_attribute};
 use crate::ProjectId;
@@ -20,12 +19,6 @@ use crate::calls::{CallPart, EndPart, StartPart};
 use crate::limits;
 use crate::member::write::{Emit, List, Object, Raw, to_text};
 use crate::time::Micros;
-
-/// The span's scope (instrumentation library), kept in `otel_dump`.
-pub struct Scope<'a> {
-    pub name: &'a str,
-    pub version: &'a str,
-}
 
 impl Emit for Scope<'_> {
     fn emit(&self, out: &mut String) {
@@ -377,7 +370,7 @@ fn exception(span: &Span, status: &Status) -> Option<String> {
     Some(
         event
             .filter(|e| !e.is_empty())
-            .or_else(|| Some(status.message.clone()).filter(|m| !m.is_empty()))
+            .or_else(|| Some(status.message.to_owned()).filter(|m| !m.is_empty()))
             .unwrap_or_else(|| "error".to_owned()),
     )
 }
@@ -607,9 +600,9 @@ pub fn to_call(
     shared: &Shared,
     wb_user_id: Option<&str>,
 ) -> Result<CallPart, SpanError> {
-    let id = hex_id(&span.span_id, 8, "span_id")?;
-    let trace_id = hex_id(&span.trace_id, 16, "trace_id")?;
-    let parent_id = match span.parent_span_id.as_slice() {
+    let id = hex_id(span.span_id, 8, "span_id")?;
+    let trace_id = hex_id(span.trace_id, 16, "trace_id")?;
+    let parent_id = match span.parent_span_id {
         [] => None,
         p if p.iter().all(|b| *b == 0) && p.len() == 8 => None,
         p => Some(hex_id(p, 8, "parent_span_id")?),
@@ -624,7 +617,7 @@ pub fn to_call(
     let mut flat: Vec<(Cow<str>, Attr)> = span
         .attributes
         .iter()
-        .map(|kv| (Cow::Borrowed(kv.key.as_str()), span_attribute(kv.value.as_ref())))
+        .map(|kv| (Cow::Borrowed(kv.key), span_attribute(kv.value.as_ref())))
         .collect();
     let span_attribute_count = flat.len();
     flat.extend(event_attributes(span).into_iter().map(|(k, v)| (Cow::Owned(k), Attr::Value(v))));
@@ -692,21 +685,21 @@ pub fn to_call(
             .filter(|(k, _)| !moved.holds(k))
             .map(|(k, v)| (k.as_ref(), v.leaf())),
     );
-    let trace_hex = hex::encode(&span.trace_id);
+    let trace_hex = hex::encode(span.trace_id);
     let dump = Dump {
-        name: &span.name,
-        context: DumpContext { trace_id: &trace_hex, span_id: &id, trace_state: &span.trace_state },
+        name: span.name,
+        context: DumpContext { trace_id: &trace_hex, span_id: &id, trace_state: span.trace_state },
         kind: kind_name(span.kind),
         parent_id: parent_id.as_deref(),
         start_time: micros(span.start_time_unix_nano).to_rfc3339(),
         end_time: micros(span.end_time_unix_nano).to_rfc3339(),
-        status: DumpStatus { code: status_name(status.code), message: &status.message },
+        status: DumpStatus { code: status_name(status.code), message: status.message },
         attributes: &dumped_attributes,
         events: span
             .events
             .iter()
             .map(|e| DumpEvent {
-                name: &e.name,
+                name: e.name,
                 timestamp: e.time_unix_nano,
                 attributes: if moved.holds(&format!("events.{}", e.name)) {
                     Value::Null
@@ -720,9 +713,9 @@ pub fn to_call(
             .links
             .iter()
             .map(|l| DumpLink {
-                trace_id: hex::encode(&l.trace_id),
-                span_id: hex::encode(&l.span_id),
-                trace_state: &l.trace_state,
+                trace_id: hex::encode(l.trace_id),
+                span_id: hex::encode(l.span_id),
+                trace_state: l.trace_state,
                 attributes: nested(&l.attributes),
                 dropped_attributes_count: l.dropped_attributes_count,
                 flags: l.flags,

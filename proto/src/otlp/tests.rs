@@ -49,7 +49,7 @@ fn project() -> ProjectId {
 fn convert_both(req: &Value) -> (Converted, Value) {
     let body = serde_json::to_vec(req).unwrap();
     let decoded = decode_json(&body).unwrap();
-    let from_json = convert(&decoded, Some(&project()), Some("u")).unwrap();
+    let from_json = convert(&Request::from(&decoded), Some(&project()), Some("u")).unwrap();
     let from_proto =
         convert(&decode_protobuf(&decoded.encode_to_vec()).unwrap(), Some(&project()), Some("u"))
             .unwrap();
@@ -341,12 +341,12 @@ fn projects_come_from_the_header_or_the_resource() {
     req["resourceSpans"][0]["resource"]["attributes"] =
         attrs(&[("wandb.entity", json!("team")), ("wandb.project", json!("proj"))]);
     let decoded = decode_json(&serde_json::to_vec(&req).unwrap()).unwrap();
-    let from_resource = convert(&decoded, None, None).unwrap();
+    let from_resource = convert(&Request::from(&decoded), None, None).unwrap();
     assert_eq!(from_resource.parts[0].project.as_str(), "team/proj");
-    let header_wins = convert(&decoded, Some(&project()), None).unwrap();
+    let header_wins = convert(&Request::from(&decoded), Some(&project()), None).unwrap();
     assert_eq!(header_wins.parts[0].project.as_str(), "acme/otel");
     let anonymous = decode_json(&serde_json::to_vec(&request(json!([]), json!({}))).unwrap());
-    let err = convert(&anonymous.unwrap(), None, None).unwrap_err();
+    let err = convert(&Request::from(&anonymous.unwrap()), None, None).unwrap_err();
     assert!(err.to_string().contains("no project"), "{err}");
 }
 
@@ -382,7 +382,7 @@ fn json_accepts_the_forms_exporters_send() {
 #[test]
 fn protobuf_round_trip_of_an_empty_request() {
     let req = ExportTraceServiceRequest::default();
-    let converted = convert(&req, None, None).unwrap();
+    let converted = convert(&Request::from(&req), None, None).unwrap();
     assert!(converted.parts.is_empty());
     assert!(converted.response().partial_success.is_none());
 }

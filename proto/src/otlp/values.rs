@@ -5,9 +5,9 @@ use std::borrow::Cow;
 use std::cell::OnceCell;
 
 use base64::Engine;
-use opentelemetry_proto::tonic::common::v1::{AnyValue, KeyValue, any_value};
 use serde_json::{Map, Value};
 
+use super::request::{AnyValue, KeyValue, Value as Any};
 use super::tree::{Leaf, Tree};
 use crate::member;
 
@@ -16,29 +16,24 @@ use crate::member;
 pub fn any_value(v: &AnyValue) -> Value {
     match &v.value {
         None => Value::Null,
-        Some(any_value::Value::StringValue(s)) => Value::String(s.clone()),
-        Some(any_value::Value::BoolValue(b)) => Value::Bool(*b),
-        Some(any_value::Value::IntValue(i)) => Value::from(*i),
-        Some(any_value::Value::DoubleValue(d)) => match serde_json::Number::from_f64(*d) {
+        Some(Any::String(s)) => Value::String((*s).to_owned()),
+        Some(Any::Bool(b)) => Value::Bool(*b),
+        Some(Any::Int(i)) => Value::from(*i),
+        Some(Any::Double(d)) => match serde_json::Number::from_f64(*d) {
             Some(n) => Value::Number(n),
             None if d.is_nan() => Value::from("nan"),
             None if *d > 0.0 => Value::from("inf"),
             None => Value::from("-inf"),
         },
-        Some(any_value::Value::ArrayValue(a)) => {
-            Value::Array(a.values.iter().map(any_value).collect())
-        }
-        Some(any_value::Value::KvlistValue(kv)) => Value::Object(
-            kv.values
-                .iter()
-                .map(|kv| (kv.key.clone(), kv.value.as_ref().map_or(Value::Null, any_value)))
+        Some(Any::Array(a)) => Value::Array(a.iter().map(any_value).collect()),
+        Some(Any::Kvlist(kv)) => Value::Object(
+            kv.iter()
+                .map(|kv| (kv.key.to_owned(), kv.value.as_ref().map_or(Value::Null, any_value)))
                 .collect(),
         ),
-        Some(any_value::Value::BytesValue(b)) => {
-            Value::String(base64::engine::general_purpose::STANDARD.encode(b))
-        }
+        Some(Any::Bytes(b)) => Value::String(base64::engine::general_purpose::STANDARD.encode(b)),
         // An index into a profiles string table: meaningless without one, as in traces.
-        Some(any_value::Value::StringValueStrindex(_)) => Value::Null,
+        Some(Any::StringIndex(_)) => Value::Null,
     }
 }
 
@@ -51,7 +46,7 @@ fn holds_json(s: &str) -> bool {
 /// send structured inputs) is parsed.
 pub fn attribute_value(v: Option<&AnyValue>) -> Value {
     // Parsed from the attribute itself: a message text is not copied to be parsed.
-    if let Some(any_value::Value::StringValue(s)) = v.and_then(|v| v.value.as_ref())
+    if let Some(Any::String(s)) = v.and_then(|v| v.value.as_ref())
         && holds_json(s)
         && let Ok(parsed) = serde_json::from_str::<Value>(s)
     {
@@ -133,8 +128,8 @@ impl<'a> JsonText<'a> {
 
 /// A span attribute's value: a JSON text kept as sent where it can be (see [`JsonText`]), a
 /// string that holds no JSON borrowed as it is, else [`attribute_value`].
-pub fn span_attribute(v: Option<&AnyValue>) -> Attr<'_> {
-    if let Some(any_value::Value::StringValue(s)) = v.and_then(|v| v.value.as_ref()) {
+pub fn span_attribute<'a>(v: Option<&AnyValue<'a>>) -> Attr<'a> {
+    if let Some(Any::String(s)) = v.and_then(|v| v.value.as_ref()) {
         if let Some(text) = JsonText::new(s) {
             return Attr::Text(text);
         }
@@ -146,8 +141,8 @@ pub fn span_attribute(v: Option<&AnyValue>) -> Attr<'_> {
 }
 
 /// The flat attribute list, keys unsplit, values decoded.
-pub fn flat(attrs: &[KeyValue]) -> Vec<(&str, Value)> {
-    attrs.iter().map(|kv| (kv.key.as_str(), attribute_value(kv.value.as_ref()))).collect()
+pub fn flat<'a>(attrs: &[KeyValue<'a>]) -> Vec<(&'a str, Value)> {
+    attrs.iter().map(|kv| (kv.key, attribute_value(kv.value.as_ref()))).collect()
 }
 
 /// Dotted keys as nested objects (the rule is [`Tree::insert_path`]'s).
@@ -243,19 +238,12 @@ mod tests {
 
     #[test]
     fn values_decode_like_the_weave_server() {
-        use any_value::Value as V;
         let v = |x| AnyValue { value: Some(x) };
-        assert_eq!(any_value(&v(V::DoubleValue(f64::NAN))), json!("nan"));
-        assert_eq!(any_value(&v(V::BytesValue(vec![1, 2, 3]))), json!("AQID"));
-        assert_eq!(any_value(&v(V::IntValue(i64::MAX))), json!(i64::MAX));
-        assert_eq!(
-            attribute_value(Some(&v(V::StringValue("{\"a\": [1]}".into())))),
-            json!({"a": [1]})
-        );
-        assert_eq!(
-            attribute_value(Some(&v(V::StringValue("[not json".into())))),
-            json!("[not json")
-        );
-        assert_eq!(attribute_value(Some(&v(V::StringValue(" {}".into())))), json!(" {}"));
+        assert_eq!(any_value(&v(Any::Double(f64::NAN))), json!("nan"));
+        assert_eq!(any_value(&v(Any::Bytes(&[1, 2, 3]))), json!("AQID"));
+        assert_eq!(any_value(&v(Any::Int(i64::MAX))), json!(i64::MAX));
+        assert_eq!(attribute_value(Some(&v(Any::String("{\"a\": [1]}")))), json!({"a": [1]}));
+        assert_eq!(attribute_value(Some(&v(Any::String("[not json")))), json!("[not json"));
+        assert_eq!(attribute_value(Some(&v(Any::String(" {}")))), json!(" {}"));
     }
 }
