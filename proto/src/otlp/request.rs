@@ -369,22 +369,10 @@ impl<'a> Message<'a> for KeyValue<'a> {
     }
 }
 
-/// `values` of an `ArrayValue` (field 1).
-struct Array<'l, 'a>(&'l mut Vec<AnyValue<'a>>);
+/// The `values` (field 1) of an `ArrayValue` or a `KeyValueList`.
+struct List<'l, T>(&'l mut Vec<T>);
 
-/// `values` of a `KeyValueList` (field 1).
-struct Kvlist<'l, 'a>(&'l mut Vec<KeyValue<'a>>);
-
-impl<'a> Message<'a> for Array<'_, 'a> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
-        fields(buf, |tag, f| match tag {
-            1 => f.push(self.0, depth),
-            _ => Ok(()),
-        })
-    }
-}
-
-impl<'a> Message<'a> for Kvlist<'_, 'a> {
+impl<'a, T: Message<'a> + Default> Message<'a> for List<'_, T> {
     fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
         fields(buf, |tag, f| match tag {
             1 => f.push(self.0, depth),
@@ -410,7 +398,7 @@ impl<'a> Message<'a> for AnyValue<'a> {
                     let Some(Value::Array(list)) = &mut self.value else {
                         unreachable!("set above")
                     };
-                    return f.message(&mut Array(list), depth);
+                    return f.message(&mut List(list), depth);
                 }
                 6 => {
                     if !matches!(self.value, Some(Value::Kvlist(_))) {
@@ -419,7 +407,7 @@ impl<'a> Message<'a> for AnyValue<'a> {
                     let Some(Value::Kvlist(list)) = &mut self.value else {
                         unreachable!("set above")
                     };
-                    return f.message(&mut Kvlist(list), depth);
+                    return f.message(&mut List(list), depth);
                 }
                 7 => Value::Bytes(f.bytes()?),
                 8 => Value::StringIndex(f.varint()? as i32),
