@@ -28,8 +28,8 @@ pub struct OtlpIngest {
     state: Arc<AppState>,
     known_ops: Mutex<HashSet<(ProjectId, String)>>,
     /// Requests decoded and converted at once: one per core. Conversion is CPU-bound, so more at
-    /// once only adds memory (a decoded request is several times its body) — under overload the
-    /// others wait holding just their bodies.
+    /// once only adds memory (a request being converted holds its body, the structs read from
+    /// it and the calls it becomes) — under overload the others wait holding just their bodies.
     converting: tokio::sync::Semaphore,
 }
 
