@@ -111,8 +111,7 @@ impl OtelLog {
 /// [`crate::limits`] allows is refused before it is decoded.
 pub fn decode_protobuf(body: &[u8]) -> Result<ExportLogsServiceRequest, ProtoError> {
     wire::count_logs(body)?;
-    ExportLogsServiceRequest::decode(body)
-        .map_err(|e| ProtoError::invalid(format!("invalid OTLP protobuf body: {e}")))
+    ExportLogsServiceRequest::decode(body).map_err(wire::malformed)
 }
 
 /// Decodes an OTLP/JSON logs body, in every form the protobuf JSON mapping allows (as for
@@ -278,7 +277,7 @@ fn to_log(
     scope: &Value,
     wb_user_id: Option<&str>,
 ) -> Result<OtelLog, String> {
-    let kvs = request::attributes(&rec.attributes);
+    let kvs = request::key_values(&rec.attributes);
     span::check_attribute_keys(&kvs)?;
     let trace_id = optional_id(&rec.trace_id, 16, "trace_id")?;
     let span_id = optional_id(&rec.span_id, 8, "span_id")?;

@@ -13,12 +13,10 @@ use opentelemetry_proto::tonic::collector::trace::v1 as pb_collector;
 use opentelemetry_proto::tonic::common::v1 as pb_common;
 use opentelemetry_proto::tonic::resource::v1 as pb_resource;
 use opentelemetry_proto::tonic::trace::v1 as pb;
-use prost::encoding::{WireType, decode_key, decode_varint};
+use std::borrow::Cow;
 
+use super::wire::{Field, MAX_NESTING, WireError as Error, next_field};
 use crate::ProtoError;
-
-/// prost's nesting limit, which [`super::wire::count`] also holds requests to.
-const MAX_NESTING: u32 = 100;
 
 #[derive(Debug, Default, Clone, PartialEq)]
 pub struct Request<'a> {
@@ -119,28 +117,16 @@ impl<'a> Request<'a> {
     /// it first ([`super::decode_protobuf`]).
     pub fn decode(body: &'a [u8]) -> Result<Request<'a>, ProtoError> {
         let mut req = Request::default();
-        req.merge(body, 0)
-            .map_err(|e| ProtoError::invalid(format!("invalid OTLP protobuf body: {e}")))?;
+        req.merge(body, 0).map_err(super::wire::malformed)?;
         Ok(req)
     }
 }
 
 // ---- decoding ----
 
-/// Why a body does not decode (worded as prost words it).
-type Error = &'static str;
+const WRONG_WIRE_TYPE: Error = Cow::Borrowed("invalid wire type");
 
-/// One field's value as the wire holds it.
-#[derive(Clone, Copy)]
-enum Field<'a> {
-    Varint(u64),
-    Fixed64(u64),
-    Fixed32(u32),
-    Bytes(&'a [u8]),
-}
-
-const WRONG_WIRE_TYPE: Error = "invalid wire type";
-
+/// A field's value read as the type its tag has in the schema.
 impl<'a> Field<'a> {
     fn bytes(self) -> Result<&'a [u8], Error> {
         match self {
@@ -151,7 +137,7 @@ impl<'a> Field<'a> {
 
     fn str(self) -> Result<&'a str, Error> {
         simdutf8::basic::from_utf8(self.bytes()?)
-            .map_err(|_| "invalid string value: data is not UTF-8 encoded")
+            .map_err(|_| "invalid string value: data is not UTF-8 encoded".into())
     }
 
     fn varint(self) -> Result<u64, Error> {
@@ -176,26 +162,20 @@ impl<'a> Field<'a> {
     }
 
     /// A nested message, one level below `depth`.
-    fn message<M: Message<'a>>(self, into: &mut M, depth: u32) -> Result<(), Error> {
+    fn message<M: Message<'a>>(self, into: &mut M, depth: usize) -> Result<(), Error> {
         if depth + 1 > MAX_NESTING {
-            return Err("recursion limit reached");
+            return Err("recursion limit reached".into());
         }
         into.merge(self.bytes()?, depth + 1)
     }
 
     /// A nested message appended to `list`.
-    fn push<M: Message<'a> + Default>(self, list: &mut Vec<M>, depth: u32) -> Result<(), Error> {
+    fn push<M: Message<'a> + Default>(self, list: &mut Vec<M>, depth: usize) -> Result<(), Error> {
         let mut m = M::default();
         self.message(&mut m, depth)?;
         list.push(m);
         Ok(())
     }
-}
-
-fn take<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], Error> {
-    let (head, rest) = buf.split_first_chunk::<N>().ok_or("buffer underflow")?;
-    *buf = rest;
-    Ok(*head)
 }
 
 /// Calls `each` with every field of the message `buf`, in order.
@@ -204,25 +184,7 @@ fn fields<'a>(
     mut each: impl FnMut(u32, Field<'a>) -> Result<(), Error>,
 ) -> Result<(), Error> {
     while !buf.is_empty() {
-        let (tag, wire) = decode_key(&mut buf).map_err(|_| "invalid key")?;
-        let field = match wire {
-            WireType::Varint => {
-                Field::Varint(decode_varint(&mut buf).map_err(|_| "invalid varint")?)
-            }
-            WireType::SixtyFourBit => Field::Fixed64(u64::from_le_bytes(take(&mut buf)?)),
-            WireType::ThirtyTwoBit => Field::Fixed32(u32::from_le_bytes(take(&mut buf)?)),
-            WireType::LengthDelimited => {
-                let len = decode_varint(&mut buf).map_err(|_| "invalid varint")?;
-                let len = usize::try_from(len)
-                    .ok()
-                    .filter(|l| *l <= buf.len())
-                    .ok_or("buffer underflow")?;
-                let (field, rest) = buf.split_at(len);
-                buf = rest;
-                Field::Bytes(field)
-            }
-            WireType::StartGroup | WireType::EndGroup => return Err("groups are not part of OTLP"),
-        };
+        let (tag, field) = next_field(&mut buf)?;
         each(tag, field)?;
     }
     Ok(())
@@ -230,11 +192,11 @@ fn fields<'a>(
 
 /// A message read from the wire: its fields merged into `self`, as prost merges.
 trait Message<'a> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error>;
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error>;
 }
 
 impl<'a> Message<'a> for Request<'a> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| match tag {
             1 => f.push(&mut self.resource_spans, depth),
             _ => Ok(()),
@@ -243,7 +205,7 @@ impl<'a> Message<'a> for Request<'a> {
 }
 
 impl<'a> Message<'a> for ResourceSpans<'a> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| match tag {
             1 => f.message(self.resource.get_or_insert_default(), depth),
             2 => f.push(&mut self.scope_spans, depth),
@@ -253,7 +215,7 @@ impl<'a> Message<'a> for ResourceSpans<'a> {
 }
 
 impl<'a> Message<'a> for Resource<'a> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| {
             match tag {
                 1 => f.push(&mut self.attributes, depth)?,
@@ -266,7 +228,7 @@ impl<'a> Message<'a> for Resource<'a> {
 }
 
 impl<'a> Message<'a> for ScopeSpans<'a> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| match tag {
             1 => f.message(self.scope.get_or_insert_default(), depth),
             2 => f.push(&mut self.spans, depth),
@@ -276,7 +238,7 @@ impl<'a> Message<'a> for ScopeSpans<'a> {
 }
 
 impl<'a> Message<'a> for Scope<'a> {
-    fn merge(&mut self, buf: &'a [u8], _depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], _depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| {
             match tag {
                 1 => self.name = f.str()?,
@@ -289,7 +251,7 @@ impl<'a> Message<'a> for Scope<'a> {
 }
 
 impl<'a> Message<'a> for Span<'a> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| {
             match tag {
                 1 => self.trace_id = f.bytes()?,
@@ -312,7 +274,7 @@ impl<'a> Message<'a> for Span<'a> {
 }
 
 impl<'a> Message<'a> for Event<'a> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| {
             match tag {
                 1 => self.time_unix_nano = f.fixed64()?,
@@ -327,7 +289,7 @@ impl<'a> Message<'a> for Event<'a> {
 }
 
 impl<'a> Message<'a> for Link<'a> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| {
             match tag {
                 1 => self.trace_id = f.bytes()?,
@@ -344,7 +306,7 @@ impl<'a> Message<'a> for Link<'a> {
 }
 
 impl<'a> Message<'a> for Status<'a> {
-    fn merge(&mut self, buf: &'a [u8], _depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], _depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| {
             match tag {
                 2 => self.message = f.str()?,
@@ -357,7 +319,7 @@ impl<'a> Message<'a> for Status<'a> {
 }
 
 impl<'a> Message<'a> for KeyValue<'a> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| match tag {
             1 => {
                 self.key = f.str()?;
@@ -373,7 +335,7 @@ impl<'a> Message<'a> for KeyValue<'a> {
 struct List<'l, T>(&'l mut Vec<T>);
 
 impl<'a, T: Message<'a> + Default> Message<'a> for List<'_, T> {
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| match tag {
             1 => f.push(self.0, depth),
             _ => Ok(()),
@@ -384,7 +346,7 @@ impl<'a, T: Message<'a> + Default> Message<'a> for List<'_, T> {
 impl<'a> Message<'a> for AnyValue<'a> {
     /// A oneof: each field replaces the value, except that a list sent again where a list of
     /// its kind is merges into it (prost's rule).
-    fn merge(&mut self, buf: &'a [u8], depth: u32) -> Result<(), Error> {
+    fn merge(&mut self, buf: &'a [u8], depth: usize) -> Result<(), Error> {
         fields(buf, |tag, f| {
             let value = match tag {
                 1 => Value::String(f.str()?),
@@ -421,7 +383,8 @@ impl<'a> Message<'a> for AnyValue<'a> {
 
 // ---- a request prost decoded, read through the same types ----
 
-fn key_values(kvs: &[pb_common::KeyValue]) -> Vec<KeyValue<'_>> {
+/// Attributes that prost decoded (a JSON request's, the logs' records'), read as these types.
+pub fn key_values(kvs: &[pb_common::KeyValue]) -> Vec<KeyValue<'_>> {
     kvs.iter().map(KeyValue::from).collect()
 }
 
@@ -519,11 +482,6 @@ impl<'a> From<&'a pb_common::AnyValue> for AnyValue<'a> {
             }),
         }
     }
-}
-
-/// Attributes that prost decoded (the logs' records), read as these types.
-pub fn attributes(kvs: &[pb_common::KeyValue]) -> Vec<KeyValue<'_>> {
-    key_values(kvs)
 }
 
 #[cfg(test)]

@@ -2,20 +2,69 @@
 //! wire (two bytes) decodes into a struct of 60–300 bytes, so a 32 MiB body of empty spans or
 //! attributes would decode into gigabytes. This pass walks the wire format without allocating,
 //! counts spans and nested values, and refuses the request when they exceed the bounds of
-//! [`crate::limits`] — before prost builds anything.
+//! [`crate::limits`] — before anything is built.
 //!
 //! Only the fields that hold nested messages are followed (the trace and logs schemas'); everything else
-//! is skipped by its wire type. Whatever prost would reject as malformed is left for prost to
+//! is skipped by its wire type. Whatever the decoder would reject as malformed is left for it to
 //! report: this pass only fails on counts, or on input too broken to walk.
+//!
+//! [`next_field`], which splits a message into its fields, is also how a trace request is read
+//! in place (`super::request`).
 
-use prost::bytes::Buf;
+use std::borrow::Cow;
+
 use prost::encoding::{WireType, decode_key, decode_varint};
 
 use crate::ProtoError;
 use crate::limits::{MAX_LOG_RECORDS_PER_REQUEST, MAX_SPANS_PER_REQUEST, MAX_VALUES_PER_REQUEST};
 
-/// prost's own nesting limit: deeper input fails to decode anyway.
-const MAX_NESTING: usize = 100;
+/// prost's own nesting limit, which the in-place reading keeps too: deeper input fails to
+/// decode anyway.
+pub(super) const MAX_NESTING: usize = 100;
+
+/// Why a message's fields cannot be split (prost's wording where prost reports it).
+pub(super) type WireError = Cow<'static, str>;
+
+/// One field's value as the wire holds it.
+#[derive(Clone, Copy)]
+pub(super) enum Field<'a> {
+    Varint(u64),
+    Fixed64(u64),
+    Fixed32(u32),
+    Bytes(&'a [u8]),
+}
+
+/// The next field of the message `buf` (which must not be empty): its tag and value, `buf` left
+/// after it. Groups fail: OTLP never uses them.
+pub(super) fn next_field<'a>(buf: &mut &'a [u8]) -> Result<(u32, Field<'a>), WireError> {
+    let decoded = |e: prost::DecodeError| Cow::Owned(e.to_string());
+    let (tag, wire) = decode_key(buf).map_err(decoded)?;
+    let field = match wire {
+        WireType::Varint => Field::Varint(decode_varint(buf).map_err(decoded)?),
+        WireType::SixtyFourBit => Field::Fixed64(u64::from_le_bytes(take(buf)?)),
+        WireType::ThirtyTwoBit => Field::Fixed32(u32::from_le_bytes(take(buf)?)),
+        WireType::LengthDelimited => {
+            let len = decode_varint(buf).map_err(decoded)?;
+            let len = usize::try_from(len)
+                .ok()
+                .filter(|l| *l <= buf.len())
+                .ok_or(Cow::Borrowed("buffer underflow"))?;
+            let (field, rest) = buf.split_at(len);
+            *buf = rest;
+            Field::Bytes(field)
+        }
+        WireType::StartGroup | WireType::EndGroup => {
+            return Err(Cow::Borrowed("groups are not part of OTLP"));
+        }
+    };
+    Ok((tag, field))
+}
+
+fn take<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], WireError> {
+    let (head, rest) = buf.split_first_chunk::<N>().ok_or(Cow::Borrowed("buffer underflow"))?;
+    *buf = rest;
+    Ok(*head)
+}
 
 /// The message types of the trace and logs schemas that contain other messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +128,8 @@ pub struct Counts {
     pub values: usize,
 }
 
-fn malformed(e: impl std::fmt::Display) -> ProtoError {
+/// A body that does not decode, and why.
+pub(super) fn malformed(e: impl std::fmt::Display) -> ProtoError {
     ProtoError::invalid(format!("invalid OTLP protobuf body: {e}"))
 }
 
@@ -101,36 +151,12 @@ fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
     'messages: while let Some((msg, mut buf)) = stack.pop() {
         // The fields of `msg`, up to its first nested message of interest.
         while !buf.is_empty() {
-            let (tag, wire) = decode_key(&mut buf).map_err(malformed)?;
-            let (m, field) = match wire {
-                WireType::Varint => {
-                    decode_varint(&mut buf).map_err(malformed)?;
-                    continue;
-                }
-                WireType::SixtyFourBit | WireType::ThirtyTwoBit => {
-                    let n = if wire == WireType::SixtyFourBit { 8 } else { 4 };
-                    if buf.remaining() < n {
-                        return Err(malformed("buffer underflow"));
-                    }
-                    buf.advance(n);
-                    continue;
-                }
-                WireType::LengthDelimited => {
-                    let len = decode_varint(&mut buf).map_err(malformed)?;
-                    let len = usize::try_from(len)
-                        .ok()
-                        .filter(|l| *l <= buf.len())
-                        .ok_or_else(|| malformed("buffer underflow"))?;
-                    let (field, rest) = buf.split_at(len);
-                    buf = rest;
-                    match child(msg, tag) {
-                        Some(m) => (m, field),
-                        None => continue,
-                    }
-                }
-                WireType::StartGroup | WireType::EndGroup => {
-                    return Err(malformed("groups are not part of OTLP"));
-                }
+            let (m, field) = match next_field(&mut buf).map_err(malformed)? {
+                (tag, Field::Bytes(field)) => match child(msg, tag) {
+                    Some(m) => (m, field),
+                    None => continue,
+                },
+                _ => continue,
             };
             match m {
                 Msg::Span => counts.spans += 1,
