@@ -3,6 +3,7 @@
 //! cannot become a call is rejected on its own and counted for `partial_success`; the rest of
 //! the request goes on.
 
+mod attributes;
 pub mod conventions;
 mod json;
 pub mod logs;

@@ -3,17 +3,17 @@
 //! intermediate `serde_json` maps.
 
 use std::borrow::Cow;
-use std::hash::BuildHasher;
 
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
 
+use super::attributes::{Attributes, KeySet, RULES, as_string};
 use super::conventions as conv;
 use super::request::{KeyValue, Scope, Span, Status};
 use super::tree::{Leaf, Node, Tree};
-use super::values::{Attr, index_maps_to_lists, nested, span_attribute};
+use super::values::{Attr, nested, span_attribute};
 use crate::ProjectId;
 use crate::calls::{CallPart, EndPart, StartPart};
 use crate::limits;
@@ -32,152 +32,9 @@ impl Emit for Scope<'_> {
 /// Why a span was rejected (counted in `partial_success`).
 pub type SpanError = String;
 
-/// The span's attributes, flat, with lookups by key or by key prefix.
-struct Attributes<'a> {
-    flat: Vec<(Cow<'a, str>, Attr<'a>)>,
-    /// Indices into `flat` ordered by key (stable: the first of equal keys first). A span is
-    /// looked up by ~60 convention keys, most of them absent: a binary search each instead of a
-    /// scan of every attribute.
-    by_key: Vec<usize>,
-    /// Every dotted prefix of every key (`a`, `a.b` and `a.b.c` of `a.b.c`): a span is looked up
-    /// by ~60 convention keys and holds few of them, so most are ruled out by a hash each,
-    /// without a search of the keys.
-    prefixes: PrefixFilter,
-}
-
-/// A Bloom filter of strings with one hash each, in 1024 bits: a span has some 50 key prefixes,
-/// so about one absent key in twenty passes it and is then searched for.
-#[derive(Default)]
-struct PrefixFilter([u64; 16]);
-
-impl PrefixFilter {
-    fn bit(s: &str) -> (usize, u64) {
-        let h = foldhash::fast::FixedState::default().hash_one(s);
-        ((h >> 60) as usize, 1 << (h & 63))
-    }
-
-    fn insert(&mut self, s: &str) {
-        let (word, bit) = Self::bit(s);
-        self.0[word] |= bit;
-    }
-
-    fn may_hold(&self, s: &str) -> bool {
-        let (word, bit) = Self::bit(s);
-        self.0[word] & bit != 0
-    }
-}
-
-/// The convention keys whose meaning was extracted: left out of the call's `attributes`.
-type Used = Vec<&'static str>;
-
 /// Whether the dotted `key` is `prefix` itself or lies under it (`a.b` is under `a`, `ab` is not).
 fn at_or_under(key: &str, prefix: &str) -> bool {
     key.strip_prefix(prefix).is_some_and(|rest| rest.is_empty() || rest.starts_with('.'))
-}
-
-fn truthy(v: &Leaf) -> bool {
-    match v {
-        Leaf::Value(v) => truthy_value(v),
-        Leaf::Text(t) => !t.is_empty(),
-        Leaf::Str(s) => !s.is_empty(),
-    }
-}
-
-fn truthy_value(v: &Value) -> bool {
-    match v {
-        Value::Null => false,
-        Value::Bool(b) => *b,
-        Value::Number(n) => n.as_f64() != Some(0.0),
-        Value::String(s) => !s.is_empty(),
-        Value::Array(a) => !a.is_empty(),
-        Value::Object(o) => !o.is_empty(),
-    }
-}
-
-fn is_used(used: &Used, key: &str) -> bool {
-    used.iter().any(|u| at_or_under(key, u))
-}
-
-impl<'a> Attributes<'a> {
-    fn new(flat: Vec<(Cow<'a, str>, Attr<'a>)>) -> Attributes<'a> {
-        let mut by_key: Vec<usize> = (0..flat.len()).collect();
-        by_key.sort_by(|a, b| flat[*a].0.cmp(&flat[*b].0));
-        let mut prefixes = PrefixFilter::default();
-        for (key, _) in &flat {
-            let ends = key.match_indices('.').map(|(i, _)| i).chain([key.len()]);
-            ends.for_each(|end| prefixes.insert(&key[..end]));
-        }
-        Attributes { flat, by_key, prefixes }
-    }
-
-    fn key(&self, i: usize) -> &str {
-        &self.flat[i].0
-    }
-
-    /// Where keys not less than `key` start in `by_key`.
-    fn first_at_least(&self, key: &str) -> usize {
-        self.by_key.partition_point(|i| self.key(*i) < key)
-    }
-
-    /// The value of `key`: the attribute itself, or the attributes under `key.` nested into one
-    /// object (indexed maps read as lists). Untruthy values count as absent.
-    fn get(&self, key: &str) -> Option<Leaf<'_>> {
-        if !self.prefixes.may_hold(key) {
-            return None;
-        }
-        // Keys starting with `key` sort together from here: `key` itself first, then among
-        // others (`key-x` sorts before `key.x`) those under `key.`.
-        let start = self.first_at_least(key);
-        let mut under = Vec::new();
-        for &i in self.by_key[start..].iter().take_while(|i| self.key(**i).starts_with(key)) {
-            let (k, v) = &self.flat[i];
-            if k.len() == key.len() {
-                let v = v.leaf();
-                if truthy(&v) {
-                    return Some(v);
-                }
-            } else if k.as_bytes()[key.len()] == b'.' {
-                under.push(i);
-            }
-        }
-        if under.is_empty() {
-            return None;
-        }
-        // Nested in their original order.
-        under.sort_unstable();
-        let under =
-            under.iter().map(|i| (&self.flat[*i].0[key.len() + 1..], self.flat[*i].1.leaf()));
-        Some(index_maps_to_lists(Value::Object(Tree::nest(under).into_map())))
-            .filter(truthy_value)
-            .map(|v| Leaf::Value(Cow::Owned(v)))
-    }
-
-    /// The first of `keys` present, marked as used.
-    fn take_first(
-        &self,
-        used: &mut Used,
-        keys: &[&'static str],
-    ) -> Option<(&'static str, Leaf<'_>)> {
-        let found = keys.iter().find_map(|k| self.get(k).map(|v| (*k, v)));
-        if let Some((k, _)) = &found {
-            used.push(k);
-        }
-        found
-    }
-
-    fn take_string(&self, used: &mut Used, keys: &[&'static str]) -> Option<String> {
-        self.take_first(used, keys).and_then(|(_, v)| match v {
-            Leaf::Str(s) => Some(s.to_owned()),
-            v => as_string(v.as_value()?),
-        })
-    }
-
-    fn take_int(&self, used: &mut Used, keys: &[&'static str]) -> Option<i64> {
-        self.take_first(used, keys).and_then(|(_, v)| match v {
-            Leaf::Str(s) => parse_int(s),
-            v => as_int(v.as_value()?),
-        })
-    }
 }
 
 /// Every attribute key within [`limits::MAX_ATTRIBUTE_KEY_BYTES`] and
@@ -224,27 +81,6 @@ fn hex_id(bytes: &[u8], len: usize, what: &str) -> Result<String, SpanError> {
 
 fn micros(nanos: u64) -> Micros {
     Micros((nanos / 1_000) as i64)
-}
-
-fn as_string(v: &Value) -> Option<String> {
-    match v {
-        Value::String(s) => Some(s.clone()),
-        Value::Null => None,
-        other => Some(other.to_string()),
-    }
-}
-
-/// A count sent as a string.
-fn parse_int(s: &str) -> Option<i64> {
-    s.trim().parse().ok()
-}
-
-fn as_int(v: &Value) -> Option<i64> {
-    match v {
-        Value::Number(n) => n.as_i64().or_else(|| n.as_f64().map(|f| f as i64)),
-        Value::String(s) => parse_int(s),
-        _ => None,
-    }
 }
 
 /// `{key: value}` as JSON text. A text kept as sent is copied in as it is, into a string of its
@@ -300,10 +136,10 @@ fn output(found: Option<&(&str, Leaf)>) -> Option<String> {
 
 /// Token counts in the SDK's usage shape, with `total_tokens` completed from its parts and
 /// `requests: 1`; `None` when the span reports no tokens.
-fn usage(attrs: &Attributes, used: &mut Used) -> Option<Map<String, Value>> {
+fn usage(attrs: &Attributes, used: &mut KeySet) -> Option<Map<String, Value>> {
     let mut usage = Map::new();
-    for (field, keys) in conv::USAGE_KEYS {
-        if let Some(n) = attrs.take_int(used, keys) {
+    for (field, rule) in &RULES.usage {
+        if let Some(n) = attrs.take_int(used, rule) {
             usage.insert(field.to_string(), n.into());
         }
     }
@@ -622,9 +458,12 @@ pub fn to_call(
     let span_attribute_count = flat.len();
     flat.extend(event_attributes(span).into_iter().map(|(k, v)| (Cow::Owned(k), Attr::Value(v))));
     let attrs = Attributes::new(flat);
-    let mut used = Used::new();
-    let inputs_found = attrs.take_first(&mut used, conv::INPUT_KEYS);
-    let output_found = attrs.take_first(&mut used, conv::OUTPUT_KEYS);
+    let rules = &*RULES;
+    let mut used = KeySet::default();
+    let inputs_found = attrs.take_first(&mut used, &rules.inputs);
+    let output_found = attrs.take_first(&mut used, &rules.outputs);
+    // Which attributes moved into inputs and output: those the two rules took.
+    let moved_attributes = attrs.under(used);
     // The content that became inputs and output is stored there only: the dump names where it
     // went instead of holding it a second time (docs/otlp.md#what-otel_dump-holds).
     let moved = Moved {
@@ -636,23 +475,23 @@ pub fn to_call(
     let usage = usage(&attrs, &mut used);
 
     let mut fields = Vec::new();
-    for (field, keys) in conv::ATTRIBUTE_KEYS {
-        if let Some((_, v)) = attrs.take_first(&mut used, keys) {
+    for (field, rule) in &rules.attributes {
+        if let Some((_, v)) = attrs.take_first(&mut used, rule) {
             fields.push((*field, v));
         }
     }
-    let display_name = attrs.take_string(&mut used, conv::DISPLAY_NAME_KEYS);
-    let thread_id = attrs.take_string(&mut used, conv::THREAD_ID_KEYS);
-    let is_turn = attrs.take_first(&mut used, conv::IS_TURN_KEYS).is_some();
+    let display_name = attrs.take_string(&mut used, &rules.display_name);
+    let thread_id = attrs.take_string(&mut used, &rules.thread_id);
+    let is_turn = attrs.take_first(&mut used, &rules.is_turn).is_some();
     let turn_id = (thread_id.is_some() && is_turn).then(|| id.clone());
-    let wb_run_id = attrs.take_string(&mut used, conv::WB_RUN_ID_KEYS);
-    let wb_run_step = attrs.take_int(&mut used, conv::WB_RUN_STEP_KEYS);
-    let wb_run_step_end = attrs.take_int(&mut used, conv::WB_RUN_STEP_END_KEYS);
-    let extra = attrs.take_first(&mut used, &[conv::EXTRA_ATTRIBUTES_KEY]);
+    let wb_run_id = attrs.take_string(&mut used, &rules.wb_run_id);
+    let wb_run_step = attrs.take_int(&mut used, &rules.wb_run_step);
+    let wb_run_step_end = attrs.take_int(&mut used, &rules.wb_run_step_end);
+    let extra = attrs.take_first(&mut used, &rules.extra);
     // Unmapped attributes first, so an extracted field of the same name wins.
-    let mut all = Tree::nest(
-        attrs.flat.iter().filter(|(k, _)| !is_used(&used, k)).map(|(k, v)| (k.as_ref(), v.leaf())),
-    );
+    let used = attrs.under(used);
+    let unused = attrs.flat.iter().zip(&used).filter(|(_, used)| !**used);
+    let mut all = Tree::nest(unused.map(|((k, v), _)| (k.as_ref(), v.leaf())));
     for (field, v) in fields {
         all.set(Cow::Borrowed(field), Node::Leaf(v));
     }
@@ -675,16 +514,18 @@ pub fn to_call(
     // The attributes' text and the dump's both hold what did not move into inputs and output:
     // sized by those, not by the messages (which would leave each member's string kilobytes of
     // spare capacity).
-    let kept =
-        |attrs: &[(Cow<str>, Attr)]| attributes_size(attrs.iter().filter(|(k, _)| !moved.holds(k)));
-    let attributes = member("attributes", to_text(&all, kept(&attrs.flat)), values_shallow)?;
+    let kept = |n: usize| {
+        let kept = attrs.flat[..n].iter().zip(&moved_attributes).filter(|(_, moved)| !**moved);
+        kept.map(|(kv, _)| kv)
+    };
+    let attributes = member(
+        "attributes",
+        to_text(&all, attributes_size(kept(attrs.flat.len()))),
+        values_shallow,
+    )?;
 
-    let dumped_attributes = Tree::nest(
-        attrs.flat[..span_attribute_count]
-            .iter()
-            .filter(|(k, _)| !moved.holds(k))
-            .map(|(k, v)| (k.as_ref(), v.leaf())),
-    );
+    let dumped_attributes =
+        Tree::nest(kept(span_attribute_count).map(|(k, v)| (k.as_ref(), v.leaf())));
     let trace_hex = hex::encode(span.trace_id);
     let dump = Dump {
         name: span.name,
@@ -737,7 +578,7 @@ pub fn to_call(
             ),
         );
     // The span's own attributes that did not move, the resource and a few hundred bytes more.
-    let dump_size = kept(&attrs.flat[..span_attribute_count]) + shared.resource.get().len() + 512;
+    let dump_size = attributes_size(kept(span_attribute_count)) + shared.resource.get().len() + 512;
     let otel_dump = member("otel_dump", to_text(&dump, dump_size), dump_shallow)?;
     let output = output.map(|o| member("output", o, values_shallow)).transpose()?;
 
