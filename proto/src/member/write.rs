@@ -79,6 +79,12 @@ impl Emit for u64 {
     }
 }
 
+impl Emit for i64 {
+    fn emit(&self, out: &mut String) {
+        out.push_str(itoa::Buffer::new().format(*self));
+    }
+}
+
 /// A list written as a JSON array.
 pub struct List<'a, T>(pub &'a [T]);
 

@@ -6,8 +6,8 @@ use std::borrow::Cow;
 
 use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
+use serde_json::Value;
 use serde_json::value::RawValue;
-use serde_json::{Map, Value};
 
 use super::attributes::{Attributes, KeySet, RULES, as_string};
 use super::conventions as conv;
@@ -83,14 +83,21 @@ fn micros(nanos: u64) -> Micros {
     Micros((nanos / 1_000) as i64)
 }
 
+/// `{key: value}`.
+struct One<'a, V: ?Sized>(&'a str, &'a V);
+
+impl<V: Emit + ?Sized> Emit for One<'_, V> {
+    fn emit(&self, out: &mut String) {
+        let mut obj = Object::open(out);
+        obj.member(self.0, self.1);
+        obj.close();
+    }
+}
+
 /// `{key: value}` as JSON text. A text kept as sent is copied in as it is, into a string of its
 /// size.
 fn one(key: &str, v: &Leaf) -> String {
-    let mut out = String::with_capacity(key.len() + leaf_size(v) + 5);
-    let mut obj = Object::open(&mut out);
-    obj.member(key, v);
-    obj.close();
-    out
+    to_text(&One(key, v), key.len() + leaf_size(v) + 5)
 }
 
 /// A leaf as JSON text; a text kept as sent is copied as it is.
@@ -134,28 +141,43 @@ fn output(found: Option<&(&str, Leaf)>) -> Option<String> {
     })
 }
 
-/// Token counts in the SDK's usage shape, with `total_tokens` completed from its parts and
-/// `requests: 1`; `None` when the span reports no tokens.
-fn usage(attrs: &Attributes, used: &mut KeySet) -> Option<Map<String, Value>> {
-    let mut usage = Map::new();
+/// Token counts in the SDK's usage shape (`{field: count}`, fields in [`conv::USAGE_KEYS`]
+/// order), with `total_tokens` completed from its parts and `requests: 1`.
+struct Usage(Vec<(&'static str, i64)>);
+
+impl Emit for Usage {
+    fn emit(&self, out: &mut String) {
+        let mut obj = Object::open(out);
+        for (field, n) in &self.0 {
+            obj.member(field, n);
+        }
+        obj.close();
+    }
+}
+
+/// The span's token counts; `None` when it reports none. The call's summary is
+/// `{"usage": {model: usage}}`.
+fn usage(attrs: &Attributes, used: &mut KeySet) -> Option<Usage> {
+    let mut usage = Vec::new();
     for (field, rule) in &RULES.usage {
         if let Some(n) = attrs.take_int(used, rule) {
-            usage.insert(field.to_string(), n.into());
+            usage.push((*field, n));
         }
     }
     if usage.is_empty() {
         return None;
     }
-    if !usage.contains_key("total_tokens") {
-        let sum = |a: &str, b: &str| Some(usage.get(a)?.as_i64()? + usage.get(b)?.as_i64()?);
+    let get = |field: &str| usage.iter().find(|(f, _)| *f == field).map(|(_, n)| *n);
+    if get("total_tokens").is_none() {
+        let sum = |a: &str, b: &str| get(a)?.checked_add(get(b)?);
         if let Some(total) = sum("prompt_tokens", "completion_tokens")
             .or_else(|| sum("input_tokens", "output_tokens"))
         {
-            usage.insert("total_tokens".into(), total.into());
+            usage.push(("total_tokens", total));
         }
     }
-    usage.insert("requests".into(), 1.into());
-    Some(usage)
+    usage.push(("requests", 1));
+    Some(Usage(usage))
 }
 
 /// `events.<name>` entries for the input and output keys that name events: the attributes of
@@ -526,10 +548,9 @@ pub fn to_call(
 
     let dumped_attributes =
         Tree::nest(kept(span_attribute_count).map(|(k, v)| (k.as_ref(), v.leaf())));
-    let trace_hex = hex::encode(span.trace_id);
     let dump = Dump {
         name: span.name,
-        context: DumpContext { trace_id: &trace_hex, span_id: &id, trace_state: span.trace_state },
+        context: DumpContext { trace_id: &trace_id, span_id: &id, trace_state: span.trace_state },
         kind: kind_name(span.kind),
         parent_id: parent_id.as_deref(),
         start_time: micros(span.start_time_unix_nano).to_rfc3339(),
@@ -582,15 +603,13 @@ pub fn to_call(
     let otel_dump = member("otel_dump", to_text(&dump, dump_size), dump_shallow)?;
     let output = output.map(|o| member("output", o, values_shallow)).transpose()?;
 
-    // `{"usage": {model: usage}}`, or `{}`.
-    let summary: Map<String, Value> = usage
-        .map(|usage| {
-            let by_model =
-                Map::from_iter([(model.unwrap_or_else(|| "usage".to_owned()), usage.into())]);
-            ("usage".to_owned(), Value::Object(by_model))
-        })
-        .into_iter()
-        .collect();
+    let summary = match &usage {
+        Some(usage) => {
+            let model = model.as_deref().unwrap_or("usage");
+            to_text(&One("usage", &One(model, usage)), 128)
+        }
+        None => "{}".to_owned(),
+    };
     Ok(CallPart {
         project: project.clone(),
         id,
@@ -611,7 +630,7 @@ pub fn to_call(
         }),
         end: Some(EndPart {
             ended_at,
-            summary: to_text(&Value::Object(summary), 128),
+            summary,
             output,
             exception: exception(span, &status),
             wb_run_step_end,
