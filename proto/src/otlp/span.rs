@@ -12,7 +12,7 @@ use serde_json::value::RawValue;
 use super::attributes::{Attributes, KeySet, RULES, as_string};
 use super::conventions as conv;
 use super::request::{KeyValue, Scope, Span, Status};
-use super::tree::{Leaf, Node, Tree};
+use super::tree::{Leaf, Node, Shape, Shapes, Tree};
 use super::values::{Attr, nested, span_attribute};
 use crate::ProjectId;
 use crate::calls::{CallPart, EndPart, StartPart};
@@ -302,7 +302,7 @@ struct Dump<'a> {
     start_time: String,
     end_time: String,
     status: DumpStatus<'a>,
-    attributes: &'a Tree<'a>,
+    attributes: Nested<'a>,
     events: Vec<DumpEvent<'a>>,
     links: Vec<DumpLink<'a>>,
     resource: &'a RawValue,
@@ -321,7 +321,7 @@ impl Emit for Dump<'_> {
         obj.member("start_time", self.start_time.as_str());
         obj.member("end_time", self.end_time.as_str());
         obj.member("status", &self.status);
-        obj.member("attributes", self.attributes);
+        obj.member("attributes", &self.attributes);
         obj.member("events", &List(&self.events));
         obj.member("links", &List(&self.links));
         obj.member("resource", &Raw(self.resource.get()));
@@ -330,6 +330,21 @@ impl Emit for Dump<'_> {
             obj.member("attributes_moved", self.attributes_moved);
         }
         obj.close();
+    }
+}
+
+/// The dump's attributes: nested, or written into their keys' shape.
+enum Nested<'a> {
+    Tree(Tree<'a>),
+    Shaped(&'a Shape, Vec<Leaf<'a>>),
+}
+
+impl Emit for Nested<'_> {
+    fn emit(&self, out: &mut String) {
+        match self {
+            Nested::Tree(tree) => tree.emit(out),
+            Nested::Shaped(shape, values) => shape.write(values, out),
+        }
     }
 }
 
@@ -450,13 +465,15 @@ fn member(what: &str, text: String, bounded: bool) -> Result<String, SpanError> 
 }
 
 /// Converts one span of `project` into a complete call of the op `op_name` (its ref, see
-/// [`super::op::op_ref`]).
-pub fn to_call(
+/// [`super::op::op_ref`]). `shapes` holds the shapes of the dumped attributes of the request's
+/// spans so far ([`Shape`]).
+pub fn to_call<'a>(
     project: &ProjectId,
-    span: &Span,
+    span: &Span<'a>,
     op_name: String,
     shared: &Shared,
     wb_user_id: Option<&str>,
+    shapes: &mut Shapes<'a>,
 ) -> Result<CallPart, SpanError> {
     let id = hex_id(span.span_id, 8, "span_id")?;
     let trace_id = hex_id(span.trace_id, 16, "trace_id")?;
@@ -546,8 +563,15 @@ pub fn to_call(
         values_shallow,
     )?;
 
-    let dumped_attributes =
-        Tree::nest(kept(span_attribute_count).map(|(k, v)| (k.as_ref(), v.leaf())));
+    let dumped_keys = span.attributes.iter().zip(&moved_attributes).filter(|(_, moved)| !**moved);
+    let dumped_attributes = match shapes.get(dumped_keys.map(|(kv, _)| kv.key).collect()) {
+        Some(shape) => {
+            Nested::Shaped(shape, kept(span_attribute_count).map(|(_, v)| v.leaf()).collect())
+        }
+        None => Nested::Tree(Tree::nest(
+            kept(span_attribute_count).map(|(k, v)| (k.as_ref(), v.leaf())),
+        )),
+    };
     let dump = Dump {
         name: span.name,
         context: DumpContext { trace_id: &trace_id, span_id: &id, trace_state: span.trace_state },
@@ -556,7 +580,7 @@ pub fn to_call(
         start_time: micros(span.start_time_unix_nano).to_rfc3339(),
         end_time: micros(span.end_time_unix_nano).to_rfc3339(),
         status: DumpStatus { code: status_name(status.code), message: status.message },
-        attributes: &dumped_attributes,
+        attributes: dumped_attributes,
         events: span
             .events
             .iter()
