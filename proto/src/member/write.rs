@@ -123,13 +123,19 @@ impl<'o> Object<'o> {
     }
 
     pub fn member<V: Emit + ?Sized>(&mut self, key: &str, value: &V) {
+        value.emit(self.key(key));
+    }
+
+    /// Starts the next member: its key and colon (after a comma when it is not the first). Its
+    /// value is to be written into the string returned.
+    pub fn key(&mut self, key: &str) -> &mut String {
         if !self.empty {
             self.out.push(',');
         }
         self.empty = false;
         string(self.out, key);
         self.out.push(':');
-        value.emit(self.out);
+        self.out
     }
 
     pub fn close(self) {

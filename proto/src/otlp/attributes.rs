@@ -15,7 +15,7 @@ use std::sync::LazyLock;
 use serde_json::Value;
 
 use super::conventions as conv;
-use super::tree::{Leaf, Tree};
+use super::tree::{Leaf, Tree, prefix_ends};
 use super::values::{Attr, index_maps_to_lists};
 
 /// A convention key's number in [`Rules::keys`].
@@ -40,10 +40,29 @@ impl KeySet {
 /// A rule's keys in order of precedence.
 pub(super) struct Rule(Vec<KeyId>);
 
-/// Every convention key numbered, and each rule of [`super::conventions`] as those numbers.
+/// Every convention key, numbered in the order the rules first name it.
+#[derive(Default)]
+struct KeyNumbers {
+    by_name: HashMap<&'static str, KeyId, foldhash::fast::FixedState>,
+    names: Vec<&'static str>,
+}
+
+impl KeyNumbers {
+    /// `keys` numbered, each key once across all rules.
+    fn rule(&mut self, keys: &[&'static str]) -> Rule {
+        let ids = keys.iter().map(|key| {
+            *self.by_name.entry(key).or_insert_with(|| {
+                self.names.push(key);
+                (self.names.len() - 1) as KeyId
+            })
+        });
+        Rule(ids.collect())
+    }
+}
+
+/// Each rule of [`super::conventions`] as the numbers of its keys.
 pub(super) struct Rules {
-    ids: HashMap<&'static str, KeyId, foldhash::fast::FixedState>,
-    keys: Vec<&'static str>,
+    numbers: KeyNumbers,
     pub inputs: Rule,
     pub outputs: Rule,
     pub usage: Vec<(&'static str, Rule)>,
@@ -61,46 +80,34 @@ pub(super) static RULES: LazyLock<Rules> = LazyLock::new(Rules::new);
 
 impl Rules {
     fn new() -> Rules {
-        let mut rules = Rules {
-            ids: HashMap::default(),
-            keys: Vec::new(),
-            inputs: Rule(Vec::new()),
-            outputs: Rule(Vec::new()),
-            usage: Vec::new(),
-            attributes: Vec::new(),
-            display_name: Rule(Vec::new()),
-            thread_id: Rule(Vec::new()),
-            is_turn: Rule(Vec::new()),
-            wb_run_id: Rule(Vec::new()),
-            wb_run_step: Rule(Vec::new()),
-            wb_run_step_end: Rule(Vec::new()),
-            extra: Rule(Vec::new()),
+        let mut n = KeyNumbers::default();
+        let rules = Rules {
+            inputs: n.rule(conv::INPUT_KEYS),
+            outputs: n.rule(conv::OUTPUT_KEYS),
+            usage: conv::USAGE_KEYS.iter().map(|(f, keys)| (*f, n.rule(keys))).collect(),
+            attributes: conv::ATTRIBUTE_KEYS.iter().map(|(f, keys)| (*f, n.rule(keys))).collect(),
+            display_name: n.rule(conv::DISPLAY_NAME_KEYS),
+            thread_id: n.rule(conv::THREAD_ID_KEYS),
+            is_turn: n.rule(conv::IS_TURN_KEYS),
+            wb_run_id: n.rule(conv::WB_RUN_ID_KEYS),
+            wb_run_step: n.rule(conv::WB_RUN_STEP_KEYS),
+            wb_run_step_end: n.rule(conv::WB_RUN_STEP_END_KEYS),
+            extra: n.rule(&[conv::EXTRA_ATTRIBUTES_KEY]),
+            numbers: n,
         };
-        rules.inputs = rules.rule(conv::INPUT_KEYS);
-        rules.outputs = rules.rule(conv::OUTPUT_KEYS);
-        rules.usage = conv::USAGE_KEYS.iter().map(|(f, keys)| (*f, rules.rule(keys))).collect();
-        rules.attributes =
-            conv::ATTRIBUTE_KEYS.iter().map(|(f, keys)| (*f, rules.rule(keys))).collect();
-        rules.display_name = rules.rule(conv::DISPLAY_NAME_KEYS);
-        rules.thread_id = rules.rule(conv::THREAD_ID_KEYS);
-        rules.is_turn = rules.rule(conv::IS_TURN_KEYS);
-        rules.wb_run_id = rules.rule(conv::WB_RUN_ID_KEYS);
-        rules.wb_run_step = rules.rule(conv::WB_RUN_STEP_KEYS);
-        rules.wb_run_step_end = rules.rule(conv::WB_RUN_STEP_END_KEYS);
-        rules.extra = rules.rule(&[conv::EXTRA_ATTRIBUTES_KEY]);
-        assert!(rules.keys.len() <= KeySet::CAPACITY, "more convention keys than a KeySet holds");
+        assert!(
+            rules.numbers.names.len() <= KeySet::CAPACITY,
+            "more convention keys than a KeySet holds"
+        );
         rules
     }
 
-    /// `keys` numbered, each key once across all rules.
-    fn rule(&mut self, keys: &[&'static str]) -> Rule {
-        let ids = keys.iter().map(|key| {
-            *self.ids.entry(key).or_insert_with(|| {
-                self.keys.push(key);
-                (self.keys.len() - 1) as KeyId
-            })
-        });
-        Rule(ids.collect())
+    fn id(&self, key: &str) -> Option<KeyId> {
+        self.numbers.by_name.get(key).copied()
+    }
+
+    fn name(&self, id: KeyId) -> &'static str {
+        self.numbers.names[id as usize]
     }
 }
 
@@ -149,9 +156,8 @@ impl<'a> Attributes<'a> {
         let mut hits = Vec::new();
         let mut present = KeySet::default();
         for (i, (key, _)) in flat.iter().enumerate() {
-            let ends = key.match_indices('.').map(|(end, _)| end).chain([key.len()]);
-            for end in ends {
-                if let Some(&id) = rules.ids.get(&key[..end]) {
+            for end in prefix_ends(key).chain([key.len()]) {
+                if let Some(id) = rules.id(&key[..end]) {
                     hits.push(Hit { key: id, attribute: i as u32, exact: end == key.len() });
                     present.insert(id);
                 }
@@ -181,7 +187,7 @@ impl<'a> Attributes<'a> {
         if under.is_empty() {
             return None;
         }
-        let skip = RULES.keys[id as usize].len() + 1;
+        let skip = RULES.name(id).len() + 1;
         let under = under.into_iter().map(|(key, v)| (&key[skip..], v.leaf()));
         Some(index_maps_to_lists(Value::Object(Tree::nest(under).into_map())))
             .filter(truthy_value)
@@ -192,7 +198,7 @@ impl<'a> Attributes<'a> {
     pub fn take_first(&self, used: &mut KeySet, rule: &Rule) -> Option<(&'static str, Leaf<'_>)> {
         let (id, v) = rule.0.iter().find_map(|id| self.get(*id).map(|v| (*id, v)))?;
         used.insert(id);
-        Some((RULES.keys[id as usize], v))
+        Some((RULES.name(id), v))
     }
 
     pub fn take_string(&self, used: &mut KeySet, rule: &Rule) -> Option<String> {
@@ -248,13 +254,14 @@ mod tests {
     #[test]
     fn every_convention_key_is_numbered_once() {
         let rules = &*RULES;
-        assert!(rules.keys.len() <= KeySet::CAPACITY);
-        assert_eq!(rules.ids.len(), rules.keys.len());
-        for (id, key) in rules.keys.iter().enumerate() {
-            assert_eq!(rules.ids[key] as usize, id);
+        let numbers = &rules.numbers;
+        assert!(numbers.names.len() <= KeySet::CAPACITY);
+        assert_eq!(numbers.by_name.len(), numbers.names.len());
+        for (id, key) in numbers.names.iter().enumerate() {
+            assert_eq!(numbers.by_name[key] as usize, id);
         }
         let named = |keys: &[&str], rule: &Rule| {
-            let by_id: Vec<&str> = rule.0.iter().map(|id| rules.keys[*id as usize]).collect();
+            let by_id: Vec<&str> = rule.0.iter().map(|id| rules.name(*id)).collect();
             assert_eq!(by_id, keys);
         };
         named(conv::INPUT_KEYS, &rules.inputs);

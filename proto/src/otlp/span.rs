@@ -528,8 +528,8 @@ pub fn to_call<'a>(
     let wb_run_step_end = attrs.take_int(&mut used, &rules.wb_run_step_end);
     let extra = attrs.take_first(&mut used, &rules.extra);
     // Unmapped attributes first, so an extracted field of the same name wins.
-    let used = attrs.under(used);
-    let unused = attrs.flat.iter().zip(&used).filter(|(_, used)| !**used);
+    let used_attributes = attrs.under(used);
+    let unused = attrs.flat.iter().zip(&used_attributes).filter(|(_, used)| !**used);
     let mut all = Tree::nest(unused.map(|((k, v), _)| (k.as_ref(), v.leaf())));
     for (field, v) in fields {
         all.set(Cow::Borrowed(field), Node::Leaf(v));

@@ -261,6 +261,12 @@ impl Emit for Node<'_> {
     }
 }
 
+/// Where the dotted prefixes of `key` end (`a` and `a.b` of `a.b.c`; not `key` itself): the
+/// keys it is nested under.
+pub(super) fn prefix_ends(key: &str) -> impl Iterator<Item = usize> + '_ {
+    key.match_indices('.').map(|(end, _)| end)
+}
+
 /// The nested JSON text of attributes with given keys, in a given order, less their values:
 /// the text around the values, and where each value goes. Spans of one instrumentation carry
 /// the same keys span after span, so a request's spans share a few shapes ([`Shapes`]), and a
@@ -280,8 +286,7 @@ impl Shape {
     /// The shape of `keys`, if they have one.
     fn of(keys: &[&str]) -> Option<Shape> {
         let distinct: HashSet<&str, foldhash::fast::RandomState> = keys.iter().copied().collect();
-        let prefixed =
-            |key: &str| key.match_indices('.').any(|(end, _)| distinct.contains(&key[..end]));
+        let prefixed = |key: &str| prefix_ends(key).any(|end| distinct.contains(&key[..end]));
         if distinct.len() != keys.len() || keys.iter().any(|k| prefixed(k)) {
             return None;
         }
@@ -290,7 +295,7 @@ impl Shape {
             keys.iter().enumerate().map(|(i, k)| (*k, Leaf::Value(Cow::Owned(Value::from(i))))),
         );
         let mut shape = Shape { text: String::new(), slots: Vec::with_capacity(keys.len()) };
-        tree.outline(&mut shape);
+        tree.outline(&mut shape.text, &mut shape.slots);
         Some(shape)
     }
 
@@ -307,24 +312,21 @@ impl Shape {
 }
 
 impl Tree<'_> {
-    /// Writes the tree's text as [`Emit`] does, but with a slot where each leaf would go.
-    fn outline(&self, shape: &mut Shape) {
-        shape.text.push('{');
-        for (n, (key, node)) in self.entries.iter().enumerate() {
-            if n > 0 {
-                shape.text.push(',');
-            }
-            key.as_ref().emit(&mut shape.text);
-            shape.text.push(':');
+    /// Writes the tree's text as [`Emit`] does, but with a slot (see [`Shape::slots`]) where
+    /// each leaf, which holds its key's index, would go.
+    fn outline(&self, text: &mut String, slots: &mut Vec<(usize, usize)>) {
+        let mut obj = Object::open(text);
+        for (key, node) in &self.entries {
+            let text = obj.key(key);
             match node {
-                Node::Tree(tree) => tree.outline(shape),
+                Node::Tree(tree) => tree.outline(text, slots),
                 Node::Leaf(leaf) => {
                     let i = leaf.as_value().and_then(Value::as_u64).expect("a key's index");
-                    shape.slots.push((shape.text.len(), i as usize));
+                    slots.push((text.len(), i as usize));
                 }
             }
         }
-        shape.text.push('}');
+        obj.close();
     }
 }
 
