@@ -27,6 +27,7 @@ struct Open {
 struct Scanner<'t> {
     text: &'t [u8],
     at: usize,
+    specials: Specials<'t>,
 }
 
 /// Why a text is not stored as sent, as far as the pass can tell.
@@ -69,7 +70,7 @@ impl<'t> Scanner<'t> {
         let start = self.at;
         let mut escaped = false;
         loop {
-            self.at += special(&self.text[self.at..]).ok_or(Stop::Unsure)?;
+            self.at = self.specials.next(self.at).ok_or(Stop::Unsure)?;
             let b = self.text[self.at];
             self.at += 1;
             match b {
@@ -210,6 +211,79 @@ pub(super) fn special(bytes: &[u8]) -> Option<usize> {
     special_8(bytes)
 }
 
+/// The bytes of a text that end string text (see [`special`]), found 64 at a time. Prose in a
+/// message has an escape every few words (a quote, a newline), so a string's runs are shorter
+/// than a block: each byte after the first in a block is then found with a shift, where a new
+/// search would load and compare its bytes again.
+struct Specials<'t> {
+    text: &'t [u8],
+    /// Where the block starts: bit `i` of `mask` is set when byte `base + i` ends string text.
+    base: usize,
+    mask: u64,
+}
+
+impl<'t> Specials<'t> {
+    fn new(text: &'t [u8]) -> Specials<'t> {
+        let mut s = Specials { text, base: 0, mask: 0 };
+        s.load(0);
+        s
+    }
+
+    /// The first byte at or after `at` that ends string text.
+    #[inline]
+    fn next(&mut self, at: usize) -> Option<usize> {
+        if at < self.base || at - self.base >= 64 {
+            self.load(at);
+        }
+        let mut from = at;
+        loop {
+            let rest = self.mask >> (from - self.base);
+            if rest != 0 {
+                return Some(from + rest.trailing_zeros() as usize);
+            }
+            from = self.base + 64;
+            if from >= self.text.len() {
+                return None;
+            }
+            self.load(from);
+        }
+    }
+
+    fn load(&mut self, base: usize) {
+        self.base = base;
+        let rest = self.text.get(base..).unwrap_or_default();
+        self.mask = match rest.first_chunk::<64>() {
+            Some(block) => special_64(block),
+            None => {
+                // The last block, padded with spaces, which end nothing.
+                let mut block = [b' '; 64];
+                block[..rest.len()].copy_from_slice(rest);
+                special_64(&block)
+            }
+        };
+    }
+}
+
+/// A bit for each of the 64 bytes that ends string text.
+fn special_64(block: &[u8; 64]) -> u64 {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let mut mask = 0;
+        for (i, chunk) in block.chunks_exact(16).enumerate() {
+            // SAFETY: SSE2 is part of x86-64: every x86-64 processor has it.
+            let found = unsafe { special_16(chunk.try_into().expect("sixteen bytes")) };
+            mask |= u64::from(found) << (16 * i);
+        }
+        mask
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    block
+        .iter()
+        .enumerate()
+        .filter(|(_, b)| matches!(**b, b'"' | b'\\' | 0..0x20))
+        .fold(0, |mask, (i, _)| mask | 1 << i)
+}
+
 /// A bit for each of the sixteen bytes that ends string text.
 #[cfg(target_arch = "x86_64")]
 #[target_feature(enable = "sse2")]
@@ -264,7 +338,7 @@ fn repeats_a_key(keys: &mut [&[u8]]) -> bool {
 /// Scans `text` (see the module's comment), without recursion: when it is stored as sent, its
 /// depth as [`crate::limits::json_depth`] counts it.
 pub(super) fn scan(text: &str) -> Step<usize> {
-    let s = &mut Scanner { text: text.as_bytes(), at: 0 };
+    let s = &mut Scanner { text: text.as_bytes(), at: 0, specials: Specials::new(text.as_bytes()) };
     let mut open: Vec<Open> = Vec::new();
     let mut keys: Vec<&[u8]> = Vec::new();
     let mut deepest = 0;
@@ -498,6 +572,29 @@ mod tests {
             let naive = bytes.iter().position(|b| matches!(b, b'"' | b'\\' | 0..0x20));
             assert_eq!(special(&bytes), naive, "{bytes:?}");
             assert_eq!(special_8(&bytes), naive, "{bytes:?}");
+        }
+    }
+
+    #[test]
+    fn specials_finds_the_next_byte_that_ends_string_text_from_anywhere() {
+        let mut r = Rng::with_seed(8);
+        let alphabet = b"ab\x00\x1f \x7f\x80\xff\"\\\x20\x21";
+        for _ in 0..4_000 {
+            let len = r.below(300);
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| if r.below(9) == 0 { alphabet[r.below(alphabet.len())] } else { b'q' })
+                .collect();
+            let mut specials = Specials::new(&bytes);
+            // Forward in small steps, as a scan goes, and now and then back or far ahead.
+            let mut at = 0;
+            for _ in 0..60 {
+                at = match r.below(10) {
+                    0 => r.below(len + 1),
+                    _ => (at + r.below(40)).min(len),
+                };
+                let naive = bytes[at..].iter().position(|b| matches!(b, b'"' | b'\\' | 0..0x20));
+                assert_eq!(specials.next(at), naive.map(|i| at + i), "{bytes:?} from {at}");
+            }
         }
     }
 

@@ -36,15 +36,15 @@ pub(super) enum Field<'a> {
 
 /// The next field of the message `buf` (which must not be empty): its tag and value, `buf` left
 /// after it. Groups fail: OTLP never uses them.
+#[inline]
 pub(super) fn next_field<'a>(buf: &mut &'a [u8]) -> Result<(u32, Field<'a>), WireError> {
-    let decoded = |e: prost::DecodeError| Cow::Owned(e.to_string());
-    let (tag, wire) = decode_key(buf).map_err(decoded)?;
+    let (tag, wire) = key(buf)?;
     let field = match wire {
-        WireType::Varint => Field::Varint(decode_varint(buf).map_err(decoded)?),
+        WireType::Varint => Field::Varint(varint(buf)?),
         WireType::SixtyFourBit => Field::Fixed64(u64::from_le_bytes(take(buf)?)),
         WireType::ThirtyTwoBit => Field::Fixed32(u32::from_le_bytes(take(buf)?)),
         WireType::LengthDelimited => {
-            let len = decode_varint(buf).map_err(decoded)?;
+            let len = varint(buf)?;
             let len = usize::try_from(len)
                 .ok()
                 .filter(|l| *l <= buf.len())
@@ -58,6 +58,42 @@ pub(super) fn next_field<'a>(buf: &mut &'a [u8]) -> Result<(u32, Field<'a>), Wir
         }
     };
     Ok((tag, field))
+}
+
+fn decoded(e: prost::DecodeError) -> WireError {
+    Cow::Owned(e.to_string())
+}
+
+/// A field's key. Every key of the OTLP schemas is one byte (tags below 16), read here; anything
+/// else, and every error, is prost's [`decode_key`].
+#[inline]
+fn key(buf: &mut &[u8]) -> Result<(u32, WireType), WireError> {
+    if let Some((&b, rest)) = buf.split_first()
+        && b < 0x80
+        && b >= 8
+        && let Ok(wire) = WireType::try_from(u64::from(b & 7))
+    {
+        *buf = rest;
+        return Ok((u32::from(b >> 3), wire));
+    }
+    decode_key(buf).map_err(decoded)
+}
+
+/// A varint. Lengths and small numbers take one or two bytes, read here; longer ones, and every
+/// error, are prost's [`decode_varint`].
+#[inline]
+fn varint(buf: &mut &[u8]) -> Result<u64, WireError> {
+    match **buf {
+        [b, ref rest @ ..] if b < 0x80 => {
+            *buf = rest;
+            Ok(u64::from(b))
+        }
+        [b0, b1, ref rest @ ..] if b1 < 0x80 => {
+            *buf = rest;
+            Ok(u64::from(b0 & 0x7f) | u64::from(b1) << 7)
+        }
+        _ => decode_varint(buf).map_err(decoded),
+    }
 }
 
 fn take<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], WireError> {
@@ -286,6 +322,22 @@ mod tests {
         body.extend(rs);
         let err = count(&body).unwrap_err();
         assert!(err.to_string().contains("more than 50000 spans"), "{err}");
+    }
+
+    #[test]
+    fn keys_and_varints_read_as_prost_reads_them() {
+        let mut r = fastrand::Rng::with_seed(11);
+        let bytes = [0x00, 0x01, 0x07, 0x08, 0x0a, 0x0e, 0x0f, 0x7f, 0x80, 0x81, 0xff];
+        for _ in 0..50_000 {
+            let input: Vec<u8> =
+                (0..r.usize(0..12)).map(|_| bytes[r.usize(..bytes.len())]).collect();
+            let (mut ours, mut theirs) = (&input[..], &input[..]);
+            assert_eq!(key(&mut ours), decode_key(&mut theirs).map_err(decoded), "{input:?}");
+            assert_eq!(ours, theirs, "{input:?}");
+            let (mut ours, mut theirs) = (&input[..], &input[..]);
+            assert_eq!(varint(&mut ours), decode_varint(&mut theirs).map_err(decoded), "{input:?}");
+            assert_eq!(ours, theirs, "{input:?}");
+        }
     }
 
     #[test]
