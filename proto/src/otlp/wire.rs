@@ -69,8 +69,7 @@ fn decoded(e: prost::DecodeError) -> WireError {
 #[inline]
 fn key(buf: &mut &[u8]) -> Result<(u32, WireType), WireError> {
     if let Some((&b, rest)) = buf.split_first()
-        && b < 0x80
-        && b >= 8
+        && (8..0x80).contains(&b)
         && let Ok(wire) = WireType::try_from(u64::from(b & 7))
     {
         *buf = rest;
