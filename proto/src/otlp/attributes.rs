@@ -22,7 +22,7 @@ use super::values::{Attr, index_maps_to_lists};
 type KeyId = u8;
 
 /// A set of convention keys, one bit each: [`Rules::new`] checks that they fit.
-#[derive(Debug, Clone, Copy, Default)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(super) struct KeySet(u128);
 
 impl KeySet {
@@ -141,39 +141,65 @@ struct Hit {
     exact: bool,
 }
 
-/// The span's attributes, flat and in order, with their matches among the convention keys.
-pub(super) struct Attributes<'a> {
-    pub flat: Vec<(Cow<'a, str>, Attr<'a>)>,
+/// What a sequence of attribute keys matched among the convention keys.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Matched {
     /// In attribute order.
     hits: Vec<Hit>,
     /// The keys among `hits`.
     present: KeySet,
 }
 
-impl<'a> Attributes<'a> {
-    pub fn new(flat: Vec<(Cow<'a, str>, Attr<'a>)>) -> Attributes<'a> {
+impl Matched {
+    /// Matches `keys`, the attributes from number `first` on.
+    pub fn extend<'k>(&mut self, keys: impl IntoIterator<Item = &'k str>, first: usize) {
         let rules = &*RULES;
-        let mut hits = Vec::new();
-        let mut present = KeySet::default();
-        for (i, (key, _)) in flat.iter().enumerate() {
+        for (i, key) in keys.into_iter().enumerate() {
             for end in prefix_ends(key).chain([key.len()]) {
                 if let Some(id) = rules.id(&key[..end]) {
-                    hits.push(Hit { key: id, attribute: i as u32, exact: end == key.len() });
-                    present.insert(id);
+                    let attribute = (first + i) as u32;
+                    self.hits.push(Hit { key: id, attribute, exact: end == key.len() });
+                    self.present.insert(id);
                 }
             }
         }
-        Attributes { flat, hits, present }
+    }
+
+    /// For each of `n` attributes, whether its key is one of `keys` or lies under one.
+    pub fn under(&self, keys: KeySet, n: usize) -> Vec<bool> {
+        let mut marked = vec![false; n];
+        for hit in self.hits.iter().filter(|h| keys.holds(h.key)) {
+            marked[hit.attribute as usize] = true;
+        }
+        marked
+    }
+}
+
+/// The span's attributes, flat and in order, with their matches among the convention keys.
+pub(super) struct Attributes<'a> {
+    pub flat: Vec<(Cow<'a, str>, Attr<'a>)>,
+    matched: Matched,
+}
+
+impl<'a> Attributes<'a> {
+    /// `flat`, whose keys from number `matched_up_to` on are not matched yet.
+    pub fn new(
+        flat: Vec<(Cow<'a, str>, Attr<'a>)>,
+        mut matched: Matched,
+        matched_up_to: usize,
+    ) -> Attributes<'a> {
+        matched.extend(flat[matched_up_to..].iter().map(|(k, _)| k.as_ref()), matched_up_to);
+        Attributes { flat, matched }
     }
 
     /// The value of the convention key `id`: the first truthy attribute of that key, else the
     /// attributes under `key.` nested into one object (indexed maps read as lists), if truthy.
     fn get(&self, id: KeyId) -> Option<Leaf<'_>> {
-        if !self.present.holds(id) {
+        if !self.matched.present.holds(id) {
             return None;
         }
         let mut under = Vec::new();
-        for hit in self.hits.iter().filter(|h| h.key == id) {
+        for hit in self.matched.hits.iter().filter(|h| h.key == id) {
             let (key, value) = &self.flat[hit.attribute as usize];
             if !hit.exact {
                 under.push((key.as_ref(), value));
@@ -217,11 +243,7 @@ impl<'a> Attributes<'a> {
 
     /// For each attribute, whether its key is one of `keys` or lies under one.
     pub fn under(&self, keys: KeySet) -> Vec<bool> {
-        let mut marked = vec![false; self.flat.len()];
-        for hit in self.hits.iter().filter(|h| keys.holds(h.key)) {
-            marked[hit.attribute as usize] = true;
-        }
-        marked
+        self.matched.under(keys, self.flat.len())
     }
 }
 

@@ -9,6 +9,7 @@ mod json;
 pub mod logs;
 pub mod op;
 pub mod request;
+mod sequences;
 mod span;
 mod tree;
 pub mod values;
@@ -90,7 +91,7 @@ pub fn convert(
 ) -> Result<Converted, ProtoError> {
     let spans = req.resource_spans.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len());
     let mut out = Converted { parts: Vec::with_capacity(spans.sum()), ..Default::default() };
-    let mut shapes = tree::Shapes::default();
+    let mut sequences = sequences::Sequences::default();
     for rs in &req.resource_spans {
         let project = match (header_project, resource_project(rs.resource.as_ref())) {
             (Some(p), _) => p.clone(),
@@ -130,10 +131,9 @@ pub fn convert(
                 let (op, listed) = op_refs
                     .entry(sp.name)
                     .or_insert_with(|| (op::op_ref(&project, sp.name), false));
-                let converted =
-                    resource_ok.clone().and_then(|()| span::check_keys(sp)).and_then(|()| {
-                        span::to_call(&project, sp, op.clone(), &shared, wb_user_id, &mut shapes)
-                    });
+                let converted = resource_ok.clone().and_then(|()| {
+                    span::to_call(&project, sp, op.clone(), &shared, wb_user_id, &mut sequences)
+                });
                 match converted {
                     Ok(part) => {
                         if !*listed {

@@ -12,7 +12,8 @@ use serde_json::value::RawValue;
 use super::attributes::{Attributes, KeySet, RULES, as_string};
 use super::conventions as conv;
 use super::request::{KeyValue, Scope, Span, Status};
-use super::tree::{Leaf, Node, Shape, Shapes, Tree};
+use super::sequences::Sequences;
+use super::tree::{Leaf, Node, Shape, Tree};
 use super::values::{Attr, nested, span_attribute};
 use crate::ProjectId;
 use crate::calls::{CallPart, EndPart, StartPart};
@@ -41,32 +42,28 @@ fn at_or_under(key: &str, prefix: &str) -> bool {
 /// [`limits::MAX_ATTRIBUTE_KEY_SEGMENTS`]: keys are nested by their dots, so an unbounded key
 /// would nest a value thousands of levels deep.
 pub fn check_attribute_keys(attrs: &[KeyValue]) -> Result<(), SpanError> {
-    for kv in attrs {
-        if kv.key.len() > limits::MAX_ATTRIBUTE_KEY_BYTES {
-            return Err(format!(
-                "attribute key of {} bytes is longer than the limit of {}",
-                kv.key.len(),
-                limits::MAX_ATTRIBUTE_KEY_BYTES
-            ));
-        }
-        let segments = kv.key.bytes().filter(|b| *b == b'.').count() + 1;
-        if segments > limits::MAX_ATTRIBUTE_KEY_SEGMENTS {
-            let head: String = kv.key.chars().take(64).collect();
-            return Err(format!(
-                "attribute key {head:?}... has {segments} dot-separated segments, more than \
-                 the limit of {}",
-                limits::MAX_ATTRIBUTE_KEY_SEGMENTS
-            ));
-        }
-    }
-    Ok(())
+    attrs.iter().try_for_each(|kv| check_key(kv.key))
 }
 
-/// The span's own, its events' and its links' attribute keys (see [`check_attribute_keys`]).
-pub fn check_keys(span: &Span) -> Result<(), SpanError> {
-    check_attribute_keys(&span.attributes)?;
-    span.events.iter().try_for_each(|e| check_attribute_keys(&e.attributes))?;
-    span.links.iter().try_for_each(|l| check_attribute_keys(&l.attributes))
+/// One attribute key (see [`check_attribute_keys`]).
+pub(super) fn check_key(key: &str) -> Result<(), SpanError> {
+    if key.len() > limits::MAX_ATTRIBUTE_KEY_BYTES {
+        return Err(format!(
+            "attribute key of {} bytes is longer than the limit of {}",
+            key.len(),
+            limits::MAX_ATTRIBUTE_KEY_BYTES
+        ));
+    }
+    let segments = key.bytes().filter(|b| *b == b'.').count() + 1;
+    if segments > limits::MAX_ATTRIBUTE_KEY_SEGMENTS {
+        let head: String = key.chars().take(64).collect();
+        return Err(format!(
+            "attribute key {head:?}... has {segments} dot-separated segments, more than the \
+             limit of {}",
+            limits::MAX_ATTRIBUTE_KEY_SEGMENTS
+        ));
+    }
+    Ok(())
 }
 
 fn hex_id(bytes: &[u8], len: usize, what: &str) -> Result<String, SpanError> {
@@ -465,16 +462,21 @@ fn member(what: &str, text: String, bounded: bool) -> Result<String, SpanError> 
 }
 
 /// Converts one span of `project` into a complete call of the op `op_name` (its ref, see
-/// [`super::op::op_ref`]). `shapes` holds the shapes of the dumped attributes of the request's
-/// spans so far ([`Shape`]).
+/// [`super::op::op_ref`]). `sequences` holds what the key sequences of the request's spans so
+/// far matched, and the shapes of their dumped attributes ([`Shape`]).
 pub fn to_call<'a>(
     project: &ProjectId,
     span: &Span<'a>,
     op_name: String,
     shared: &Shared,
     wb_user_id: Option<&str>,
-    shapes: &mut Shapes<'a>,
+    sequences: &mut Sequences<'a>,
 ) -> Result<CallPart, SpanError> {
+    // The span's own keys are checked once per key sequence, its events' and links' here.
+    let (matched, sequence) =
+        sequences.matched(span.attributes.iter().map(|kv| kv.key).collect())?;
+    span.events.iter().try_for_each(|e| check_attribute_keys(&e.attributes))?;
+    span.links.iter().try_for_each(|l| check_attribute_keys(&l.attributes))?;
     let id = hex_id(span.span_id, 8, "span_id")?;
     let trace_id = hex_id(span.trace_id, 16, "trace_id")?;
     let parent_id = match span.parent_span_id {
@@ -496,13 +498,14 @@ pub fn to_call<'a>(
         .collect();
     let span_attribute_count = flat.len();
     flat.extend(event_attributes(span).into_iter().map(|(k, v)| (Cow::Owned(k), Attr::Value(v))));
-    let attrs = Attributes::new(flat);
+    let attrs = Attributes::new(flat, matched, span_attribute_count);
     let rules = &*RULES;
     let mut used = KeySet::default();
     let inputs_found = attrs.take_first(&mut used, &rules.inputs);
     let output_found = attrs.take_first(&mut used, &rules.outputs);
     // Which attributes moved into inputs and output: those the two rules took.
-    let moved_attributes = attrs.under(used);
+    let moved_keys = used;
+    let moved_attributes = attrs.under(moved_keys);
     // The content that became inputs and output is stored there only: the dump names where it
     // went instead of holding it a second time (docs/otlp.md#what-otel_dump-holds).
     let moved = Moved {
@@ -563,8 +566,11 @@ pub fn to_call<'a>(
         values_shallow,
     )?;
 
-    let dumped_keys = span.attributes.iter().zip(&moved_attributes).filter(|(_, moved)| !**moved);
-    let dumped_attributes = match shapes.get(dumped_keys.map(|(kv, _)| kv.key).collect()) {
+    let dumped_keys = || {
+        let kept = span.attributes.iter().zip(&moved_attributes).filter(|(_, moved)| !**moved);
+        kept.map(|(kv, _)| kv.key).collect()
+    };
+    let dumped_attributes = match sequences.shape(sequence, moved_keys, dumped_keys) {
         Some(shape) => {
             Nested::Shaped(shape, kept(span_attribute_count).map(|(_, v)| v.leaf()).collect())
         }

@@ -555,3 +555,54 @@ fn message_texts_are_stored_as_sent_unless_a_rule_reads_into_them() {
     assert_eq!(call["otel_dump"]["attributes"]["ai"]["prompt"], json!({}));
     assert_eq!(call["otel_dump"]["attributes_moved"]["inputs"], json!("gen_ai.input.messages"));
 }
+
+#[test]
+fn spans_converted_together_are_converted_as_each_alone() {
+    // Spans that share key sequences share what those keys matched and the shape of their
+    // dump, but which attributes move depends on the values: an empty `input.value` moves
+    // nothing, and then the next input key does. Past 64 sequences, spans are matched on their
+    // own.
+    let mut spans = Vec::new();
+    for i in 0..90 {
+        let value = match i % 3 {
+            0 => json!(format!("v{i}")),
+            1 => json!(""),
+            _ => json!(r#"{"q": 1}"#),
+        };
+        let mut pairs = vec![
+            ("input.value", value),
+            ("gen_ai.input.messages", json!(r#"[{"role": "user", "content": "hi"}]"#)),
+            ("gen_ai.usage.input_tokens", json!(i)),
+            ("gen_ai.request.model", json!("m")),
+        ];
+        if i % 2 == 0 {
+            pairs.push(("gen_ai.request.temperature", json!(0.5)));
+        }
+        if i >= 20 {
+            // A sequence of its own for each span from here on: 70 more than the first 20's.
+            pairs.push((Box::leak(format!("extra.k{i}").into_boxed_str()), json!(i)));
+        }
+        let mut span =
+            request(attrs(&pairs), json!({}))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+                .clone();
+        span["spanId"] = json!(format!("{:016x}", i + 1));
+        spans.push(span);
+    }
+    let mut together = request(json!([]), json!({}));
+    together["resourceSpans"][0]["scopeSpans"][0]["spans"] = Value::Array(spans.clone());
+    let (converted, _) = convert_both(&together);
+    assert_eq!(converted.parts.len(), spans.len());
+    for (span, part) in spans.iter().zip(&converted.parts) {
+        let mut alone = request(json!([]), json!({}));
+        alone["resourceSpans"][0]["scopeSpans"][0]["spans"] = json!([span]);
+        let (_, call) = convert_both(&alone);
+        assert_eq!(part_json(part), call, "{span}");
+    }
+    // The empty `input.value` stayed in the dump, and the messages moved in its place.
+    let second = part_json(&converted.parts[1]);
+    assert_eq!(second["inputs"]["gen_ai.input.messages"][0]["content"], "hi");
+    assert_eq!(second["otel_dump"]["attributes"]["input"]["value"], "");
+    let first = part_json(&converted.parts[0]);
+    assert_eq!(first["inputs"], json!({"input.value": "v0"}));
+    assert_eq!(first["otel_dump"]["attributes"]["gen_ai"]["input"]["messages"][0]["content"], "hi");
+}

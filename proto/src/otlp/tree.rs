@@ -269,7 +269,7 @@ pub(super) fn prefix_ends(key: &str) -> impl Iterator<Item = usize> + '_ {
 
 /// The nested JSON text of attributes with given keys, in a given order, less their values:
 /// the text around the values, and where each value goes. Spans of one instrumentation carry
-/// the same keys span after span, so a request's spans share a few shapes ([`Shapes`]), and a
+/// the same keys span after span, so a request's spans share a few shapes (`super::sequences`), and a
 /// span's attributes are written into its shape instead of being nested again.
 ///
 /// Only keys whose nesting does not depend on their values have a shape: all distinct, none a
@@ -284,7 +284,7 @@ pub struct Shape {
 
 impl Shape {
     /// The shape of `keys`, if they have one.
-    fn of(keys: &[&str]) -> Option<Shape> {
+    pub(super) fn of(keys: &[&str]) -> Option<Shape> {
         let distinct: HashSet<&str, foldhash::fast::RandomState> = keys.iter().copied().collect();
         let prefixed = |key: &str| prefix_ends(key).any(|end| distinct.contains(&key[..end]));
         if distinct.len() != keys.len() || keys.iter().any(|k| prefixed(k)) {
@@ -327,25 +327,6 @@ impl Tree<'_> {
             }
         }
         obj.close();
-    }
-}
-
-/// The shapes met in one request, by their keys in order (`None`: the keys have none).
-#[derive(Default)]
-pub struct Shapes<'k> {
-    by_keys: HashMap<Vec<&'k str>, Option<Shape>, foldhash::fast::RandomState>,
-}
-
-impl<'k> Shapes<'k> {
-    /// Shapes kept per request: a request whose spans all differ is nested span by span.
-    const MAX: usize = 64;
-
-    /// The shape of `keys`, found or made.
-    pub fn get(&mut self, keys: Vec<&'k str>) -> Option<&Shape> {
-        if self.by_keys.len() >= Self::MAX && !self.by_keys.contains_key(&keys) {
-            return None;
-        }
-        self.by_keys.entry(keys).or_insert_with_key(|keys| Shape::of(keys)).as_ref()
     }
 }
 
