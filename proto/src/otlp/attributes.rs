@@ -35,10 +35,18 @@ impl KeySet {
     fn holds(self, id: KeyId) -> bool {
         self.0 & (1 << id) != 0
     }
+
+    fn meets(self, other: KeySet) -> bool {
+        self.0 & other.0 != 0
+    }
 }
 
-/// A rule's keys in order of precedence.
-pub(super) struct Rule(Vec<KeyId>);
+/// A rule's keys in order of precedence, and the set of them: most rules find none of their
+/// keys among a span's, and that one test tells.
+pub(super) struct Rule {
+    keys: Vec<KeyId>,
+    set: KeySet,
+}
 
 /// Every convention key, numbered in the order the rules first name it.
 #[derive(Default)]
@@ -56,7 +64,10 @@ impl KeyNumbers {
                 (self.names.len() - 1) as KeyId
             })
         });
-        Rule(ids.collect())
+        let keys: Vec<KeyId> = ids.collect();
+        let mut set = KeySet::default();
+        keys.iter().for_each(|id| set.insert(*id));
+        Rule { keys, set }
     }
 }
 
@@ -222,7 +233,10 @@ impl<'a> Attributes<'a> {
 
     /// The first key of `rule` present, marked as used.
     pub fn take_first(&self, used: &mut KeySet, rule: &Rule) -> Option<(&'static str, Leaf<'_>)> {
-        let (id, v) = rule.0.iter().find_map(|id| self.get(*id).map(|v| (*id, v)))?;
+        if !self.matched.present.meets(rule.set) {
+            return None;
+        }
+        let (id, v) = rule.keys.iter().find_map(|id| self.get(*id).map(|v| (*id, v)))?;
         used.insert(id);
         Some((RULES.name(id), v))
     }
@@ -283,8 +297,10 @@ mod tests {
             assert_eq!(numbers.by_name[key] as usize, id);
         }
         let named = |keys: &[&str], rule: &Rule| {
-            let by_id: Vec<&str> = rule.0.iter().map(|id| rules.name(*id)).collect();
+            let by_id: Vec<&str> = rule.keys.iter().map(|id| rules.name(*id)).collect();
             assert_eq!(by_id, keys);
+            assert_eq!(rule.set.0.count_ones() as usize, keys.len());
+            assert!(rule.keys.iter().all(|id| rule.set.holds(*id)));
         };
         named(conv::INPUT_KEYS, &rules.inputs);
         named(conv::OUTPUT_KEYS, &rules.outputs);
