@@ -560,16 +560,27 @@ mod tests {
         );
     }
 
+    /// `len` bytes, mostly `q`, one in `one_in` drawn from those that end string text and their
+    /// neighbours.
+    fn awkward_bytes(r: &mut Rng, len: usize, one_in: usize) -> Vec<u8> {
+        let alphabet = b"ab\x00\x1f \x7f\x80\xff\"\\\x20\x21";
+        (0..len)
+            .map(|_| if r.below(one_in) == 0 { alphabet[r.below(alphabet.len())] } else { b'q' })
+            .collect()
+    }
+
+    /// [`special`], a byte at a time.
+    fn first_special(bytes: &[u8]) -> Option<usize> {
+        bytes.iter().position(|b| matches!(b, b'"' | b'\\' | 0..0x20))
+    }
+
     #[test]
     fn special_finds_the_first_byte_that_ends_string_text() {
         let mut r = Rng::with_seed(7);
-        let alphabet = b"ab\x00\x1f \x7f\x80\xff\"\\\x20\x21";
         for _ in 0..40_000 {
             let len = r.below(80);
-            let bytes: Vec<u8> = (0..len)
-                .map(|_| if r.below(6) == 0 { alphabet[r.below(alphabet.len())] } else { b'q' })
-                .collect();
-            let naive = bytes.iter().position(|b| matches!(b, b'"' | b'\\' | 0..0x20));
+            let bytes = awkward_bytes(&mut r, len, 6);
+            let naive = first_special(&bytes);
             assert_eq!(special(&bytes), naive, "{bytes:?}");
             assert_eq!(special_8(&bytes), naive, "{bytes:?}");
         }
@@ -578,12 +589,9 @@ mod tests {
     #[test]
     fn specials_finds_the_next_byte_that_ends_string_text_from_anywhere() {
         let mut r = Rng::with_seed(8);
-        let alphabet = b"ab\x00\x1f \x7f\x80\xff\"\\\x20\x21";
         for _ in 0..4_000 {
             let len = r.below(300);
-            let bytes: Vec<u8> = (0..len)
-                .map(|_| if r.below(9) == 0 { alphabet[r.below(alphabet.len())] } else { b'q' })
-                .collect();
+            let bytes = awkward_bytes(&mut r, len, 9);
             let mut specials = Specials::new(&bytes);
             // Forward in small steps, as a scan goes, and now and then back or far ahead.
             let mut at = 0;
@@ -592,7 +600,7 @@ mod tests {
                     0 => r.below(len + 1),
                     _ => (at + r.below(40)).min(len),
                 };
-                let naive = bytes[at..].iter().position(|b| matches!(b, b'"' | b'\\' | 0..0x20));
+                let naive = first_special(&bytes[at..]);
                 assert_eq!(specials.next(at), naive.map(|i| at + i), "{bytes:?} from {at}");
             }
         }
