@@ -188,6 +188,12 @@ impl<'t> Scanner<'t> {
     }
 }
 
+/// Whether `b` ends a run of string text: a quote, a backslash or a control character. The
+/// searches below find these bytes many at a time.
+fn ends_string_text(b: u8) -> bool {
+    matches!(b, b'"' | b'\\' | 0..0x20)
+}
+
 /// Where the first byte that ends a run of string text is: a quote, a backslash or a control
 /// character. Sixteen bytes at a time on x86-64 (SSE2, which every x86-64 has), eight elsewhere
 /// (SWAR): most of a member's bytes are string text, and its runs between escapes are short (a
@@ -280,7 +286,7 @@ fn special_64(block: &[u8; 64]) -> u64 {
     block
         .iter()
         .enumerate()
-        .filter(|(_, b)| matches!(**b, b'"' | b'\\' | 0..0x20))
+        .filter(|(_, b)| ends_string_text(**b))
         .fold(0, |mask, (i, _)| mask | 1 << i)
 }
 
@@ -321,7 +327,7 @@ fn special_8(bytes: &[u8]) -> Option<usize> {
         }
         at += 8;
     }
-    let tail = chunks.remainder().iter().position(|b| matches!(b, b'"' | b'\\' | 0..0x20));
+    let tail = chunks.remainder().iter().position(|b| ends_string_text(*b));
     tail.map(|i| at + i)
 }
 

@@ -60,11 +60,11 @@ impl<'a> Sequences<'a> {
 
     /// The shape of the attributes of sequence `id` that stay in the dump when those under
     /// `moved` moved; `kept` names their keys, in order, when the shape is new.
-    pub(super) fn shape(
+    pub(super) fn shape<'k>(
         &mut self,
         id: SequenceId,
         moved: KeySet,
-        kept: impl FnOnce() -> Vec<&'a str>,
+        kept: impl FnOnce() -> Vec<&'k str>,
     ) -> Option<&Shape> {
         let sequence = &mut self.seen[id.0?];
         let at = match sequence.shapes.iter().position(|(m, _)| *m == moved) {

@@ -566,10 +566,7 @@ pub fn to_call<'a>(
         values_shallow,
     )?;
 
-    let dumped_keys = || {
-        let kept = span.attributes.iter().zip(&moved_attributes).filter(|(_, moved)| !**moved);
-        kept.map(|(kv, _)| kv.key).collect()
-    };
+    let dumped_keys = || kept(span_attribute_count).map(|(k, _)| k.as_ref()).collect();
     let dumped_attributes = match sequences.shape(sequence, moved_keys, dumped_keys) {
         Some(shape) => {
             Nested::Shaped(shape, kept(span_attribute_count).map(|(_, v)| v.leaf()).collect())

@@ -269,8 +269,8 @@ pub(super) fn prefix_ends(key: &str) -> impl Iterator<Item = usize> + '_ {
 
 /// The nested JSON text of attributes with given keys, in a given order, less their values:
 /// the text around the values, and where each value goes. Spans of one instrumentation carry
-/// the same keys span after span, so a request's spans share a few shapes (`super::sequences`), and a
-/// span's attributes are written into its shape instead of being nested again.
+/// the same keys span after span, so a request's spans share a few shapes (`super::sequences`),
+/// and a span's attributes are written into its shape instead of being nested again.
 ///
 /// Only keys whose nesting does not depend on their values have a shape: all distinct, none a
 /// dotted prefix of another. Otherwise a scalar and an object can meet at one key, and then
