@@ -128,6 +128,7 @@ fn truthy(v: &Leaf) -> bool {
         Leaf::Value(v) => truthy_value(v),
         Leaf::Text(t) => !t.is_empty(),
         Leaf::Str(s) => !s.is_empty(),
+        Leaf::Any(a) => a.int().map_or_else(|| truthy_value(a.value()), |i| i != 0),
     }
 }
 
@@ -251,6 +252,7 @@ impl<'a> Attributes<'a> {
     pub fn take_int(&self, used: &mut KeySet, rule: &Rule) -> Option<i64> {
         self.take_first(used, rule).and_then(|(_, v)| match v {
             Leaf::Str(s) => parse_int(s),
+            Leaf::Any(a) => a.int().or_else(|| as_int(a.value())),
             v => as_int(v.as_value()?),
         })
     }

@@ -108,6 +108,7 @@ fn leaf_size(v: &Leaf) -> usize {
     match v {
         Leaf::Text(t) => t.text().len(),
         Leaf::Str(s) => s.len() + 2,
+        Leaf::Any(_) => 16,
         Leaf::Value(v) => match v.as_ref() {
             Value::String(s) => s.len() + 2,
             _ => 16,
@@ -436,6 +437,7 @@ fn deepest_attribute<'v>(values: impl IntoIterator<Item = &'v Attr<'v>>) -> usiz
     let depth = |v: &Attr| match v {
         Attr::Text(t) => t.depth(),
         Attr::Str(_) => 0,
+        Attr::Any(a) => a.depth(),
         Attr::Value(v) => deepest([v]),
     };
     values.into_iter().map(depth).max().unwrap_or(0)
@@ -466,7 +468,7 @@ fn member(what: &str, text: String, bounded: bool) -> Result<String, SpanError> 
 /// far matched, and the shapes of their dumped attributes ([`Shape`]).
 pub fn to_call<'a>(
     project: &ProjectId,
-    span: &Span<'a>,
+    span: &'a Span<'a>,
     op_name: String,
     shared: &Shared,
     wb_user_id: Option<&str>,

@@ -9,7 +9,7 @@ use std::collections::{HashMap, HashSet};
 
 use serde_json::{Map, Value};
 
-use super::values::JsonText;
+use super::values::{AnyAttr, JsonText};
 use crate::member::write::{Emit, Object};
 
 /// Entries a tree looks through one by one; past this it keeps an index of its keys, so that an
@@ -38,6 +38,8 @@ pub enum Leaf<'v> {
     Text(&'v JsonText<'v>),
     /// A string attribute, borrowed from the request (most of a span's attributes are).
     Str(&'v str),
+    /// Any other attribute, written from the request and decoded only when a rule reads into it.
+    Any(&'v AnyAttr<'v>),
 }
 
 impl<'v> Leaf<'v> {
@@ -46,6 +48,7 @@ impl<'v> Leaf<'v> {
             Leaf::Value(v) => v.is_object(),
             Leaf::Text(t) => t.is_object(),
             Leaf::Str(_) => false,
+            Leaf::Any(a) => a.is_object(),
         }
     }
 
@@ -55,6 +58,7 @@ impl<'v> Leaf<'v> {
         match self {
             Leaf::Value(v) => Some(v),
             Leaf::Text(t) => Some(t.value()),
+            Leaf::Any(a) => Some(a.value()),
             Leaf::Str(_) => None,
         }
     }
@@ -64,6 +68,7 @@ impl<'v> Leaf<'v> {
         match self {
             Leaf::Value(v) => v,
             Leaf::Text(t) => Cow::Borrowed(t.value()),
+            Leaf::Any(a) => Cow::Borrowed(a.value()),
             Leaf::Str(s) => Cow::Owned(Value::String(s.to_owned())),
         }
     }
@@ -75,6 +80,7 @@ impl Emit for Leaf<'_> {
             Leaf::Value(v) => v.emit(out),
             Leaf::Text(t) => out.push_str(t.text()),
             Leaf::Str(s) => s.emit(out),
+            Leaf::Any(a) => a.emit(out),
         }
     }
 }

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use super::request::{AnyValue, KeyValue, Value as Any};
 use super::tree::{Leaf, Tree};
 use crate::member;
+use crate::member::write::{Emit, List, string};
 
 /// One AnyValue as JSON: scalars as themselves, arrays and kvlists recursively, bytes as
 /// standard base64, non-finite doubles as `"nan"`/`"inf"`/`"-inf"`, an empty value as null.
@@ -55,13 +56,14 @@ pub fn attribute_value(v: Option<&AnyValue>) -> Value {
     v.map_or(Value::Null, any_value)
 }
 
-/// A span attribute's value: decoded, a JSON text kept as it was sent, or a string borrowed
-/// from the request.
+/// A span attribute's value: decoded, a JSON text kept as it was sent, a string borrowed from
+/// the request, or any other value read from the request as it is.
 #[derive(Debug)]
 pub enum Attr<'a> {
     Value(Value),
     Text(JsonText<'a>),
     Str(&'a str),
+    Any(AnyAttr<'a>),
 }
 
 impl Attr<'_> {
@@ -70,6 +72,93 @@ impl Attr<'_> {
             Attr::Value(v) => Leaf::Value(Cow::Borrowed(v)),
             Attr::Text(t) => Leaf::Text(t),
             Attr::Str(s) => Leaf::Str(s),
+            Attr::Any(a) => Leaf::Any(a),
+        }
+    }
+}
+
+/// An attribute that holds no string: a number, a bool, bytes, an array, a kvlist, or nothing.
+/// It is written into the call's members from the request as it is, and decoded into a value
+/// only if a rule reads into it. Decoding every number into a `serde_json` value (whose
+/// arbitrary-precision numbers are strings) cost allocations no span needed
+/// (docs/benchmarks.md, "Fewer allocations per span").
+#[derive(Debug)]
+pub struct AnyAttr<'a> {
+    value: Option<&'a AnyValue<'a>>,
+    decoded: OnceCell<Value>,
+}
+
+impl<'a> AnyAttr<'a> {
+    fn new(value: Option<&'a AnyValue<'a>>) -> AnyAttr<'a> {
+        AnyAttr { value, decoded: OnceCell::new() }
+    }
+
+    fn any(&self) -> Option<&'a Any<'a>> {
+        self.value.and_then(|v| v.value.as_ref())
+    }
+
+    /// The value [`any_value`] decodes (once).
+    pub fn value(&self) -> &Value {
+        self.decoded.get_or_init(|| self.value.map_or(Value::Null, any_value))
+    }
+
+    pub fn is_object(&self) -> bool {
+        matches!(self.any(), Some(Any::Kvlist(_)))
+    }
+
+    /// The integer it holds, read without decoding.
+    pub fn int(&self) -> Option<i64> {
+        match self.any() {
+            Some(Any::Int(i)) => Some(*i),
+            _ => None,
+        }
+    }
+
+    /// Its nesting depth, as [`crate::limits::json_depth`] counts the decoded value; a kvlist
+    /// that repeats a key may count deeper than its value is, never shallower.
+    pub fn depth(&self) -> usize {
+        self.value.map_or(0, any_depth)
+    }
+}
+
+fn any_depth(v: &AnyValue) -> usize {
+    let below = match &v.value {
+        Some(Any::Array(items)) => items.iter().map(any_depth).max(),
+        Some(Any::Kvlist(kvs)) => kvs.iter().map(|kv| kv.value.as_ref().map_or(0, any_depth)).max(),
+        _ => return 0,
+    };
+    1 + below.unwrap_or(0)
+}
+
+impl Emit for AnyAttr<'_> {
+    fn emit(&self, out: &mut String) {
+        match self.value {
+            Some(v) => v.emit(out),
+            None => out.push_str("null"),
+        }
+    }
+}
+
+/// An AnyValue written as the JSON text of [`any_value`]'s value, without decoding it.
+impl Emit for AnyValue<'_> {
+    fn emit(&self, out: &mut String) {
+        match &self.value {
+            None | Some(Any::StringIndex(_)) => out.push_str("null"),
+            Some(Any::String(s)) => string(out, s),
+            Some(Any::Bool(b)) => out.push_str(if *b { "true" } else { "false" }),
+            Some(Any::Int(i)) => i.emit(out),
+            Some(Any::Double(d)) if d.is_finite() => {
+                // serde_json's own formatting, as `Number::from_f64` makes the number's text.
+                let mut buf = [0u8; 40];
+                let mut w = &mut buf[..];
+                serde_json::to_writer(&mut w, d).expect("a float's text fits in 40 bytes");
+                let len = 40 - w.len();
+                out.push_str(std::str::from_utf8(&buf[..len]).expect("a float's text is ASCII"));
+            }
+            Some(Any::Double(_)) | Some(Any::Bytes(_)) => any_value(self).emit(out),
+            Some(Any::Array(items)) => List(items).emit(out),
+            // Its keys may repeat: the decoded map decides which value stays, and where.
+            Some(Any::Kvlist(_)) => any_value(self).emit(out),
         }
     }
 }
@@ -128,7 +217,7 @@ impl<'a> JsonText<'a> {
 
 /// A span attribute's value: a JSON text kept as sent where it can be (see [`JsonText`]), a
 /// string that holds no JSON borrowed as it is, else [`attribute_value`].
-pub fn span_attribute<'a>(v: Option<&AnyValue<'a>>) -> Attr<'a> {
+pub fn span_attribute<'a>(v: Option<&'a AnyValue<'a>>) -> Attr<'a> {
     if let Some(Any::String(s)) = v.and_then(|v| v.value.as_ref()) {
         if let Some(text) = JsonText::new(s) {
             return Attr::Text(text);
@@ -136,8 +225,9 @@ pub fn span_attribute<'a>(v: Option<&AnyValue<'a>>) -> Attr<'a> {
         if !holds_json(s) {
             return Attr::Str(s);
         }
+        return Attr::Value(attribute_value(v));
     }
-    Attr::Value(attribute_value(v))
+    Attr::Any(AnyAttr::new(v))
 }
 
 /// The flat attribute list, keys unsplit, values decoded.
@@ -234,6 +324,80 @@ mod tests {
         );
         assert_eq!(k["0"], 50);
         assert_eq!(k["49"], 99);
+    }
+
+    /// A random AnyValue: every kind, awkward numbers and strings, nesting, repeated keys.
+    fn random_any(rng: &mut fastrand::Rng, depth: usize) -> AnyValue<'static> {
+        const STRINGS: &[&str] = &["", "a", "\"q\"", "line\n", "résumé", "\u{1}", "{\"a\":1}"];
+        const KEYS: &[&str] = &["a", "b", "", "a.b", "\"k"];
+        let value = match rng.usize(0..if depth < 4 { 11 } else { 8 }) {
+            0 => None,
+            1 => Some(Any::Bool(rng.bool())),
+            2 => {
+                let any = rng.i64(..);
+                Some(Any::Int(rng.choice([0, 1, -1, i64::MIN, i64::MAX, any]).unwrap()))
+            }
+            3 => Some(Any::Double(
+                rng.choice([
+                    0.0,
+                    -0.0,
+                    0.7,
+                    1e21,
+                    1e-7,
+                    f64::NAN,
+                    f64::INFINITY,
+                    f64::MIN_POSITIVE,
+                ])
+                .unwrap(),
+            )),
+            4 => Some(Any::Double(f64::from_bits(rng.u64(..)))),
+            5 => Some(Any::String(rng.choice(STRINGS).unwrap())),
+            6 => Some(Any::Bytes(&b"\x00\xffbytes"[..rng.usize(0..8)])),
+            7 => Some(Any::StringIndex(3)),
+            8 | 9 => {
+                Some(Any::Array((0..rng.usize(0..4)).map(|_| random_any(rng, depth + 1)).collect()))
+            }
+            _ => Some(Any::Kvlist(
+                (0..rng.usize(0..4))
+                    .map(|_| KeyValue {
+                        key: rng.choice(KEYS).unwrap(),
+                        value: rng.bool().then(|| random_any(rng, depth + 1)),
+                    })
+                    .collect(),
+            )),
+        };
+        AnyValue { value }
+    }
+
+    #[test]
+    fn values_read_from_the_request_write_what_decoded_values_write() {
+        let mut rng = fastrand::Rng::with_seed(12);
+        for _ in 0..20_000 {
+            let v = random_any(&mut rng, 0);
+            let attr = AnyAttr::new(Some(&v));
+            let decoded = any_value(&v);
+            let mut direct = String::new();
+            attr.emit(&mut direct);
+            let mut through = String::new();
+            decoded.emit(&mut through);
+            assert_eq!(direct, through, "{v:?}");
+            assert_eq!(direct, serde_json::to_string(&decoded).unwrap());
+            // Never shallower than the decoded value (repeated keys may count deeper).
+            let depth = crate::limits::json_depth(&decoded, 100);
+            assert!(attr.depth() >= depth, "{v:?}");
+            let repeats = matches!(&v.value, Some(Any::Kvlist(_))) || direct.contains("{\"");
+            if !repeats {
+                assert_eq!(attr.depth(), depth, "{v:?}");
+            }
+            assert_eq!(attr.is_object(), decoded.is_object());
+            assert_eq!(
+                attr.int(),
+                decoded.as_i64().filter(|_| matches!(v.value, Some(Any::Int(_))))
+            );
+            assert_eq!(attr.value(), &decoded);
+        }
+        let none = AnyAttr::new(None);
+        assert_eq!((none.depth(), none.value()), (0, &Value::Null));
     }
 
     #[test]
