@@ -1,7 +1,8 @@
 //! Project settings over HTTP (docs/api/project-settings.md), in every store mode: the routes
 //! round-trip and bound their input; under `pii-v1` every write path stores redacted values and
 //! the raw ones are in no table (SQLite file, ClickHouse tables) and no Kafka record; ingest
-//! sampling keeps or drops whole traces and counts what it drops; the retention purge deletes
+//! sampling keeps or drops whole traces (calls and OTLP spans) and counts what it drops; the
+//! retention purge deletes
 //! expired calls and keeps younger ones.
 
 mod common;
@@ -423,6 +424,52 @@ async fn sampling_keeps_or_drops_whole_traces() {
     // Each dropped call counts once (at its start).
     assert_eq!(sampled_out(&api, "dropped").await, ((40 - kept) * 3) as f64);
 
+    // OTLP spans of the header's project are sampled by the same rule, over HTTP and gRPC: 20
+    // traces of two spans in one request each.
+    let before = sampled_out(&api, "dropped").await;
+    let otlp_traces: Vec<uuid::Uuid> = (0..20).map(|_| uuid::Uuid::new_v4()).collect();
+    let export = |traces: &[uuid::Uuid]| {
+        let spans = traces.iter().flat_map(|t| {
+            // Span ids unique across traces: a call is its project's and its id's.
+            let id = move |i: u8| [&t.as_bytes()[..7], &[i]].concat();
+            (1..=2u8).map(move |i| Span {
+                trace_id: t.as_bytes().to_vec(),
+                span_id: id(i),
+                parent_span_id: if i == 2 { id(1) } else { Vec::new() },
+                name: "sampled".into(),
+                start_time_unix_nano: 1_772_366_400_000_000_000,
+                end_time_unix_nano: 1_772_366_401_000_000_000,
+                ..Default::default()
+            })
+        });
+        let scope_spans = vec![ScopeSpans { spans: spans.collect(), ..Default::default() }];
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans { scope_spans, ..Default::default() }],
+        }
+    };
+    use prost::Message;
+    let headers = [("content-type", "application/x-protobuf"), ("project_id", P)];
+    let body = export(&otlp_traces[..10]).encode_to_vec();
+    assert_eq!(api.post_headers("/otel/v1/traces", &headers, body).await.status, 200);
+    let mut grpc = TraceServiceClient::connect(server.grpc_url.clone()).await.unwrap();
+    let mut req = tonic::Request::new(export(&otlp_traces[10..]));
+    req.metadata_mut().insert("authorization", common::basic(&server.admin_key).parse().unwrap());
+    req.metadata_mut().insert("project_id", P.parse().unwrap());
+    grpc.export(req).await.unwrap();
+    server.wait_visible().await;
+    let ids: Vec<String> = otlp_traces.iter().map(|t| t.simple().to_string()).collect();
+    let q = json!({"project_id": P, "filter": {"trace_ids": ids}});
+    let spans = api.stream(&q).await;
+    let otlp_kept: Vec<&String> = ids.iter().filter(|t| keeps_trace(t, rate)).collect();
+    assert!((2..=18).contains(&otlp_kept.len()), "kept {} of 20", otlp_kept.len());
+    let mut stored: Vec<&str> = spans.iter().map(|c| c["trace_id"].as_str().unwrap()).collect();
+    stored.sort();
+    let mut expected: Vec<&str> = otlp_kept.iter().flat_map(|t| [t.as_str(), t.as_str()]).collect();
+    expected.sort();
+    assert_eq!(stored, expected, "the kept traces whole, the others not at all");
+    let dropped_spans = (20 - otlp_kept.len()) * 2;
+    assert_eq!(sampled_out(&api, "dropped").await, before + dropped_spans as f64);
+
     // A dry run keeps everything and counts what it would have dropped.
     let upd = json!({"project_id": P, "dry_run": true});
     api.post("/project/ingest_sampling_settings/update", &upd).await.ok();
@@ -432,7 +479,8 @@ async fn sampling_keeps_or_drops_whole_traces() {
         .map(|tr| complete(P, &format!("{tr}-late"), json!({"trace_id": tr})))
         .collect();
     api.complete_calls(P, batch).await;
-    assert_eq!(api.count(&json!({"project_id": P})).await as usize, kept * 3 + dropped.len());
+    let stored = kept * 3 + otlp_kept.len() * 2;
+    assert_eq!(api.count(&json!({"project_id": P})).await as usize, stored + dropped.len());
     assert_eq!(sampled_out(&api, "dry_run").await, dropped.len() as f64);
 
     // Rate 0 drops everything, acknowledged.

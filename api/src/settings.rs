@@ -166,6 +166,72 @@ impl Ingested for OtelLog {
     }
 }
 
+/// The settings of the projects a write names, fetched before it is prepared.
+pub struct WriteSettings(BTreeMap<ProjectId, ProjectSettings>);
+
+impl WriteSettings {
+    /// The settings of `projects`, from the cache while fresh.
+    pub async fn fetch<'p>(
+        cache: &SettingsCache,
+        projects: impl IntoIterator<Item = &'p ProjectId>,
+    ) -> Result<WriteSettings, ApiError> {
+        let mut settings = BTreeMap::new();
+        for project in projects {
+            if !settings.contains_key(project) {
+                settings.insert(project.clone(), cache.get(project).await?);
+            }
+        }
+        Ok(WriteSettings(settings))
+    }
+
+    /// Whether every item's project is among these settings.
+    pub fn cover<T: Ingested>(&self, items: &[T]) -> bool {
+        items.iter().all(|item| self.0.contains_key(item.project()))
+    }
+
+    /// Removes the items of traces sampling drops (counting dropped calls); also whether any
+    /// item kept is to be redacted.
+    fn sample<T: Ingested>(&self, metrics: &IngestMetrics, items: Vec<T>) -> (Vec<T>, bool) {
+        let mut kept = Vec::with_capacity(items.len());
+        let mut redact = false;
+        for item in items {
+            let s = &self.0[item.project()];
+            let rate = s.sampling.sample_rate;
+            let sampled_in = match item.trace_id() {
+                Some(trace) if rate < 1.0 => sampling::keeps_trace(trace, rate),
+                _ => true,
+            };
+            if !sampled_in && item.starts_call() {
+                let mode = if s.sampling.dry_run { "dry_run" } else { "dropped" };
+                metrics.sampled_out.with_label_values(&[mode]).inc();
+            }
+            if sampled_in || s.sampling.dry_run {
+                redact |= s.sensitive_data == SensitiveDataPolicy::PiiV1;
+                kept.push(item);
+            }
+        }
+        (kept, redact)
+    }
+
+    fn redact<T: Ingested>(&self, items: &mut [T]) {
+        for item in items {
+            if self.0[item.project()].sensitive_data == SensitiveDataPolicy::PiiV1 {
+                item.redact();
+            }
+        }
+    }
+
+    /// [`prepare`] with these settings, on the calling thread: for a caller already on a
+    /// blocking thread. Every item's project must be covered ([`WriteSettings::cover`]).
+    pub fn prepare<T: Ingested>(&self, metrics: &IngestMetrics, items: Vec<T>) -> Vec<T> {
+        let (mut kept, redact) = self.sample(metrics, items);
+        if redact {
+            self.redact(&mut kept);
+        }
+        kept
+    }
+}
+
 /// Applies each project's ingest sampling and sensitive-data policy to what is about to be
 /// written: items of traces sampling drops are removed (dropped calls counted), the rest
 /// redacted under `pii-v1`. An item without a trace id (an end sent without one) cannot be
@@ -175,44 +241,15 @@ pub async fn prepare<T: Ingested>(
     metrics: &IngestMetrics,
     items: Vec<T>,
 ) -> Result<Vec<T>, ApiError> {
-    let mut settings: BTreeMap<ProjectId, ProjectSettings> = BTreeMap::new();
-    for item in &items {
-        if !settings.contains_key(item.project()) {
-            settings.insert(item.project().clone(), cache.get(item.project()).await?);
-        }
-    }
-    let mut kept = Vec::with_capacity(items.len());
-    let mut redact = false;
-    for item in items {
-        let s = &settings[item.project()];
-        let rate = s.sampling.sample_rate;
-        let sampled_in = match item.trace_id() {
-            Some(trace) if rate < 1.0 => sampling::keeps_trace(trace, rate),
-            _ => true,
-        };
-        if !sampled_in && item.starts_call() {
-            let mode = if s.sampling.dry_run { "dry_run" } else { "dropped" };
-            metrics.sampled_out.with_label_values(&[mode]).inc();
-        }
-        if sampled_in || s.sampling.dry_run {
-            redact |= s.sensitive_data == SensitiveDataPolicy::PiiV1;
-            kept.push(item);
-        }
-    }
+    let settings = WriteSettings::fetch(cache, items.iter().map(Ingested::project)).await?;
+    let (mut kept, redact) = settings.sample(metrics, items);
     if !redact {
         return Ok(kept);
     }
-    let policies: BTreeMap<ProjectId, SensitiveDataPolicy> =
-        settings.into_iter().map(|(p, s)| (p, s.sensitive_data)).collect();
     // CPU work on values of any size: off the async workers.
     crate::blocking(move || {
-        let mut items = kept;
-        for item in &mut items {
-            if policies[item.project()] == SensitiveDataPolicy::PiiV1 {
-                item.redact();
-            }
-        }
-        Ok::<_, ApiError>(items)
+        settings.redact(&mut kept);
+        Ok::<_, ApiError>(kept)
     })
     .await
 }

@@ -13,8 +13,9 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Router};
-use heddle_api::settings::prepare;
+use heddle_api::settings::{WriteSettings, prepare};
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
+use heddle_pipeline::Staged;
 use heddle_proto::otlp::{self, op};
 use heddle_proto::{ProjectId, ProtoError};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
@@ -123,6 +124,12 @@ impl OtlpIngest {
 
     /// Decodes and converts one export request (with `convert`, on the blocking pool), then
     /// authorises and stores it; the answer carries the rejected spans.
+    ///
+    /// With a header project every span is that project's, authorised before any work and its
+    /// settings known: the calls are sampled, redacted and staged for the sink
+    /// ([`heddle_pipeline::Sink::stage`]) on the thread that converted them, while they are in
+    /// its cache (docs/benchmarks.md, "Calls staged where they are made"). Without one, the
+    /// projects are known only once converted, and all of that follows authorisation.
     pub(crate) async fn export(
         &self,
         who: &Principal,
@@ -131,18 +138,39 @@ impl OtlpIngest {
         + Send
         + 'static,
     ) -> Result<ExportTraceServiceResponse, ApiError> {
-        let converted = self.convert(who, header_project, convert).await?;
+        let settings = match &header_project {
+            Some(p) => {
+                who.check(p)?;
+                Some(WriteSettings::fetch(&self.state.settings, [p]).await?)
+            }
+            None => None,
+        };
+        let state = self.state.clone();
+        let (converted, staged) = self
+            .convert(who, header_project, move |project, user| {
+                let mut converted = convert(project, user)?;
+                let staged = settings.filter(|s| s.cover(&converted.parts)).map(|s| {
+                    let parts = std::mem::take(&mut converted.parts);
+                    state.sink.stage(s.prepare(&state.ingest_metrics, parts))
+                });
+                Ok((converted, staged))
+            })
+            .await?;
         let projects: BTreeSet<&ProjectId> = converted.ops.iter().map(|(p, _)| p).collect();
         for p in projects {
             who.check(p)?;
         }
         self.ensure_ops(&converted.ops, who.user_id()).await?;
         let response = converted.response();
-        // Sampling and redaction (docs/api/project-settings.md) before anything is written.
-        let parts =
-            prepare(&self.state.settings, &self.state.ingest_metrics, converted.parts).await?;
-        if !parts.is_empty() {
-            self.state.sink.write(parts).await?;
+        let staged = match staged {
+            Some(staged) => staged?,
+            // Sampling and redaction (docs/api/project-settings.md) before anything is written.
+            None => Staged::parts(
+                prepare(&self.state.settings, &self.state.ingest_metrics, converted.parts).await?,
+            ),
+        };
+        if !staged.is_empty() {
+            self.state.sink.write_staged(staged).await?;
         }
         Ok(response)
     }

@@ -23,7 +23,7 @@ pub mod topics;
 
 pub use config::KafkaConfig;
 pub use error::SinkError;
-pub use sink::{Sink, StoreSink};
+pub use sink::{Sink, Staged, StoreSink};
 
 /// Call parts for the unit tests of the record planning and the batch store.
 #[cfg(test)]

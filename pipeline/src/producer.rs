@@ -34,8 +34,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::Mutex;
 
 use crate::metrics::Metrics;
-use crate::plan::{Record, plan, plan_logs, plan_ops};
-use crate::{KafkaConfig, Sink, SinkError};
+use crate::plan::{Plan, Record, plan, plan_logs, plan_ops};
+use crate::sink::Staging;
+use crate::{KafkaConfig, Sink, SinkError, Staged};
 
 impl KafkaConfig {
     /// A client config with the brokers and the user's options; callers add their own settings
@@ -202,6 +203,13 @@ impl KafkaSink {
             .buffer_unordered(BLOB_WRITES)
             .try_collect()
             .await
+    }
+
+    /// Stores a plan's blobs, then produces its records.
+    async fn send(&self, plan: Plan) -> Result<(), SinkError> {
+        // Blobs first: a record may reference only what is stored.
+        self.put_blobs(plan.blobs).await?;
+        self.produce_all(&plan.records, |refused| self.resend_offloaded(refused)).await
     }
 
     /// Produces every record (each waits for its own acknowledgement); the result of each.
@@ -385,9 +393,30 @@ impl Sink for KafkaSink {
         let plan = tokio::task::spawn_blocking(move || plan(parts, partitions, max))
             .await
             .map_err(|e| SinkError::internal("planning the records", e))??;
-        // Blobs first: a record may reference only what is stored.
-        self.put_blobs(plan.blobs).await?;
-        self.produce_all(&plan.records, |refused| self.resend_offloaded(refused)).await
+        self.send(plan).await
+    }
+
+    /// Plans the records with the partition count last read; before any was read, nothing.
+    fn stage(&self, parts: Vec<CallPart>) -> Result<Staged, SinkError> {
+        match self.partitions.load(Ordering::Relaxed) {
+            0 => Ok(Staged::parts(parts)),
+            partitions => {
+                Ok(Staged(Staging::Records(plan(parts, partitions, self.cfg.max_record_bytes)?)))
+            }
+        }
+    }
+
+    async fn write_staged(&self, staged: Staged) -> Result<(), SinkError> {
+        match staged.0 {
+            Staging::Parts(parts) => self.write(parts).await,
+            Staging::Records(plan) => {
+                // Keeps the count fresh, and fails as `write` does when the topic is unknown. A
+                // count that grew since the plan was made changes where a trace's parts go, as
+                // it does between any two writes; storing does not depend on it.
+                self.partition_count().await?;
+                self.send(plan).await
+            }
+        }
     }
 
     async fn write_ops(&self, ops: OpWrites) -> Result<(), SinkError> {

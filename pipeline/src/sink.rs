@@ -20,12 +20,55 @@ use crate::SinkError;
 pub trait Sink: Send + Sync + 'static {
     async fn write(&self, parts: Vec<CallPart>) -> Result<(), SinkError>;
 
+    /// The work of writing `parts` that needs no I/O, for a caller on a blocking thread to do
+    /// right after making them, while they are still in its core's cache (for Kafka: cutting
+    /// and encoding the records). By default there is none.
+    fn stage(&self, parts: Vec<CallPart>) -> Result<Staged, SinkError> {
+        Ok(Staged::parts(parts))
+    }
+
+    /// Writes what [`Sink::stage`] made; returns once it is durable, as [`Sink::write`] does.
+    async fn write_staged(&self, staged: Staged) -> Result<(), SinkError> {
+        match staged.0 {
+            Staging::Parts(parts) => self.write(parts).await,
+            #[cfg(feature = "kafka")]
+            Staging::Records(_) => {
+                Err(SinkError::internal("writing staged records", "staged by another sink"))
+            }
+        }
+    }
+
     /// Stores the files, then the op objects (content-addressed: writing them again changes
     /// nothing).
     async fn write_ops(&self, ops: OpWrites) -> Result<(), SinkError>;
 
     /// Stores OTLP log records (idempotent: a record is stored once by its id).
     async fn write_logs(&self, logs: Vec<OtelLog>) -> Result<(), SinkError>;
+}
+
+/// Call parts ready to write ([`Sink::stage`]).
+pub struct Staged(pub(crate) Staging);
+
+pub(crate) enum Staging {
+    /// Nothing done yet.
+    Parts(Vec<CallPart>),
+    /// Cut and encoded into Kafka records.
+    #[cfg(feature = "kafka")]
+    Records(crate::plan::Plan),
+}
+
+impl Staged {
+    pub fn parts(parts: Vec<CallPart>) -> Staged {
+        Staged(Staging::Parts(parts))
+    }
+
+    pub fn is_empty(&self) -> bool {
+        match &self.0 {
+            Staging::Parts(parts) => parts.is_empty(),
+            #[cfg(feature = "kafka")]
+            Staging::Records(plan) => plan.records.is_empty(),
+        }
+    }
 }
 
 /// The embedded write path: straight into the store.
