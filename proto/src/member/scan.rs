@@ -8,6 +8,8 @@
 //! not sure of ([`Stop::Unsure`]: a syntax error, an escaped or repeated key, a surrogate escape
 //! that is not a pair) goes to `serde_json`, which then decides and explains ([`super::exact`]).
 
+use smallvec::SmallVec;
+
 use crate::limits::MAX_MEMBER_DEPTH;
 
 // An object of this one key is read as a number by values: such an object is not stored as sent.
@@ -345,8 +347,9 @@ fn repeats_a_key(keys: &mut [&[u8]]) -> bool {
 /// depth as [`crate::limits::json_depth`] counts it.
 pub(super) fn scan(text: &str) -> Step<usize> {
     let s = &mut Scanner { text: text.as_bytes(), at: 0, specials: Specials::new(text.as_bytes()) };
-    let mut open: Vec<Open> = Vec::new();
-    let mut keys: Vec<&[u8]> = Vec::new();
+    // On the stack for the texts most attributes hold (a few levels, a few keys open at once).
+    let mut open: SmallVec<[Open; 16]> = SmallVec::new();
+    let mut keys: SmallVec<[&[u8]; 16]> = SmallVec::new();
     let mut deepest = 0;
     'value: loop {
         // A value is due.

@@ -11,6 +11,7 @@
 use serde_json::Value;
 
 use super::scan::special;
+use crate::time::Micros;
 
 /// What can be written as JSON text.
 pub trait Emit {
@@ -82,6 +83,15 @@ impl Emit for u64 {
 impl Emit for i64 {
     fn emit(&self, out: &mut String) {
         out.push_str(itoa::Buffer::new().format(*self));
+    }
+}
+
+/// A timestamp as its RFC 3339 string (how it serialises).
+impl Emit for Micros {
+    fn emit(&self, out: &mut String) {
+        out.push('"');
+        self.write_rfc3339(out);
+        out.push('"');
     }
 }
 

@@ -10,9 +10,11 @@
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::rc::Rc;
 use std::sync::LazyLock;
 
 use serde_json::Value;
+use smallvec::SmallVec;
 
 use super::conventions as conv;
 use super::tree::{Leaf, Tree, prefix_ends};
@@ -128,11 +130,11 @@ fn truthy(v: &Leaf) -> bool {
         Leaf::Value(v) => truthy_value(v),
         Leaf::Text(t) => !t.is_empty(),
         Leaf::Str(s) => !s.is_empty(),
-        Leaf::Any(a) => a.int().map_or_else(|| truthy_value(a.value()), |i| i != 0),
+        Leaf::Any(a) => a.truthy(),
     }
 }
 
-fn truthy_value(v: &Value) -> bool {
+pub(super) fn truthy_value(v: &Value) -> bool {
     match v {
         Value::Null => false,
         Value::Bool(b) => *b,
@@ -153,11 +155,15 @@ struct Hit {
     exact: bool,
 }
 
+/// One flag per attribute.
+pub(super) type Marks = SmallVec<[bool; 64]>;
+
 /// What a sequence of attribute keys matched among the convention keys.
 #[derive(Debug, Clone, Default)]
 pub(super) struct Matched {
-    /// In attribute order.
-    hits: Vec<Hit>,
+    /// In attribute order. Shared: every span of a key sequence starts from its sequence's
+    /// hits, and only a span with event attributes adds to them.
+    hits: Rc<Vec<Hit>>,
     /// The keys among `hits`.
     present: KeySet,
 }
@@ -170,7 +176,8 @@ impl Matched {
             for end in prefix_ends(key).chain([key.len()]) {
                 if let Some(id) = rules.id(&key[..end]) {
                     let attribute = (first + i) as u32;
-                    self.hits.push(Hit { key: id, attribute, exact: end == key.len() });
+                    let hit = Hit { key: id, attribute, exact: end == key.len() };
+                    Rc::make_mut(&mut self.hits).push(hit);
                     self.present.insert(id);
                 }
             }
@@ -178,8 +185,8 @@ impl Matched {
     }
 
     /// For each of `n` attributes, whether its key is one of `keys` or lies under one.
-    pub fn under(&self, keys: KeySet, n: usize) -> Vec<bool> {
-        let mut marked = vec![false; n];
+    pub fn under(&self, keys: KeySet, n: usize) -> Marks {
+        let mut marked = Marks::from_elem(false, n);
         for hit in self.hits.iter().filter(|h| keys.holds(h.key)) {
             marked[hit.attribute as usize] = true;
         }
@@ -258,7 +265,7 @@ impl<'a> Attributes<'a> {
     }
 
     /// For each attribute, whether its key is one of `keys` or lies under one.
-    pub fn under(&self, keys: KeySet) -> Vec<bool> {
+    pub fn under(&self, keys: KeySet) -> Marks {
         self.matched.under(keys, self.flat.len())
     }
 }

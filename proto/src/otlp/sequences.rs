@@ -40,11 +40,8 @@ pub struct Sequences<'a> {
 impl<'a> Sequences<'a> {
     /// What the span attribute keys `keys` match, and their sequence; each key is checked
     /// ([`check_key`]) before it is matched, once per sequence.
-    pub(super) fn matched(
-        &mut self,
-        keys: Vec<&'a str>,
-    ) -> Result<(Matched, SequenceId), SpanError> {
-        if let Some(&id) = self.ids.get(&keys) {
+    pub(super) fn matched(&mut self, keys: &[&'a str]) -> Result<(Matched, SequenceId), SpanError> {
+        if let Some(&id) = self.ids.get(keys) {
             return Ok((self.seen[id].matched.clone(), SequenceId(Some(id))));
         }
         keys.iter().try_for_each(|key| check_key(key))?;
@@ -53,7 +50,7 @@ impl<'a> Sequences<'a> {
         if self.seen.len() == MAX_SEQUENCES {
             return Ok((matched, SequenceId(None)));
         }
-        self.ids.insert(keys, self.seen.len());
+        self.ids.insert(keys.to_vec(), self.seen.len());
         self.seen.push(Sequence { matched: matched.clone(), shapes: Vec::new() });
         Ok((matched, SequenceId(Some(self.seen.len() - 1))))
     }

@@ -8,6 +8,7 @@ use opentelemetry_proto::tonic::trace::v1::span::SpanKind;
 use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::Value;
 use serde_json::value::RawValue;
+use smallvec::SmallVec;
 
 use super::attributes::{Attributes, KeySet, RULES, as_string};
 use super::conventions as conv;
@@ -297,8 +298,8 @@ struct Dump<'a> {
     context: DumpContext<'a>,
     kind: &'static str,
     parent_id: Option<&'a str>,
-    start_time: String,
-    end_time: String,
+    start_time: Micros,
+    end_time: Micros,
     status: DumpStatus<'a>,
     attributes: Nested<'a>,
     events: Vec<DumpEvent<'a>>,
@@ -316,8 +317,8 @@ impl Emit for Dump<'_> {
         obj.member("context", &self.context);
         obj.member("kind", self.kind);
         obj.member("parent_id", &self.parent_id);
-        obj.member("start_time", self.start_time.as_str());
-        obj.member("end_time", self.end_time.as_str());
+        obj.member("start_time", &self.start_time);
+        obj.member("end_time", &self.end_time);
         obj.member("status", &self.status);
         obj.member("attributes", &self.attributes);
         obj.member("events", &List(&self.events));
@@ -475,8 +476,8 @@ pub fn to_call<'a>(
     sequences: &mut Sequences<'a>,
 ) -> Result<CallPart, SpanError> {
     // The span's own keys are checked once per key sequence, its events' and links' here.
-    let (matched, sequence) =
-        sequences.matched(span.attributes.iter().map(|kv| kv.key).collect())?;
+    let keys: SmallVec<[&str; 32]> = span.attributes.iter().map(|kv| kv.key).collect();
+    let (matched, sequence) = sequences.matched(&keys)?;
     span.events.iter().try_for_each(|e| check_attribute_keys(&e.attributes))?;
     span.links.iter().try_for_each(|l| check_attribute_keys(&l.attributes))?;
     let id = hex_id(span.span_id, 8, "span_id")?;
@@ -518,7 +519,7 @@ pub fn to_call<'a>(
     let output = output(output_found.as_ref());
     let usage = usage(&attrs, &mut used);
 
-    let mut fields = Vec::new();
+    let mut fields = Vec::with_capacity(rules.attributes.len());
     for (field, rule) in &rules.attributes {
         if let Some((_, v)) = attrs.take_first(&mut used, rule) {
             fields.push((*field, v));
@@ -571,7 +572,9 @@ pub fn to_call<'a>(
     let dumped_keys = || kept(span_attribute_count).map(|(k, _)| k.as_ref()).collect();
     let dumped_attributes = match sequences.shape(sequence, moved_keys, dumped_keys) {
         Some(shape) => {
-            Nested::Shaped(shape, kept(span_attribute_count).map(|(_, v)| v.leaf()).collect())
+            let mut values = Vec::with_capacity(span_attribute_count);
+            values.extend(kept(span_attribute_count).map(|(_, v)| v.leaf()));
+            Nested::Shaped(shape, values)
         }
         None => Nested::Tree(Tree::nest(
             kept(span_attribute_count).map(|(k, v)| (k.as_ref(), v.leaf())),
@@ -582,8 +585,8 @@ pub fn to_call<'a>(
         context: DumpContext { trace_id: &trace_id, span_id: &id, trace_state: span.trace_state },
         kind: kind_name(span.kind),
         parent_id: parent_id.as_deref(),
-        start_time: micros(span.start_time_unix_nano).to_rfc3339(),
-        end_time: micros(span.end_time_unix_nano).to_rfc3339(),
+        start_time: micros(span.start_time_unix_nano),
+        end_time: micros(span.end_time_unix_nano),
         status: DumpStatus { code: status_name(status.code), message: status.message },
         attributes: dumped_attributes,
         events: span

@@ -106,6 +106,22 @@ impl<'a> AnyAttr<'a> {
         matches!(self.any(), Some(Any::Kvlist(_)))
     }
 
+    /// Whether it counts as present (what the rules' truthiness says of its decoded value),
+    /// read without decoding.
+    pub fn truthy(&self) -> bool {
+        match self.any() {
+            None | Some(Any::StringIndex(_)) => false,
+            Some(Any::Bool(b)) => *b,
+            Some(Any::Int(i)) => *i != 0,
+            // NaN and the infinities decode to strings, which are present.
+            Some(Any::Double(d)) => *d != 0.0,
+            Some(Any::String(s)) => !s.is_empty(),
+            Some(Any::Bytes(b)) => !b.is_empty(),
+            Some(Any::Array(items)) => !items.is_empty(),
+            Some(Any::Kvlist(kvs)) => !kvs.is_empty(),
+        }
+    }
+
     /// The integer it holds, read without decoding.
     pub fn int(&self) -> Option<i64> {
         match self.any() {
@@ -390,6 +406,7 @@ mod tests {
                 assert_eq!(attr.depth(), depth, "{v:?}");
             }
             assert_eq!(attr.is_object(), decoded.is_object());
+            assert_eq!(attr.truthy(), super::super::attributes::truthy_value(&decoded), "{v:?}");
             assert_eq!(
                 attr.int(),
                 decoded.as_i64().filter(|_| matches!(v.value, Some(Any::Int(_))))
