@@ -184,9 +184,9 @@ impl WriteSettings {
         Ok(WriteSettings(settings))
     }
 
-    /// Whether every item's project is among these settings.
-    pub fn cover<T: Ingested>(&self, items: &[T]) -> bool {
-        items.iter().all(|item| self.0.contains_key(item.project()))
+    /// Whether the item's project is among these settings.
+    pub fn covers<T: Ingested>(&self, item: &T) -> bool {
+        self.0.contains_key(item.project())
     }
 
     /// Removes the items of traces sampling drops (counting dropped calls); also whether any
@@ -196,16 +196,7 @@ impl WriteSettings {
         let mut redact = false;
         for item in items {
             let s = &self.0[item.project()];
-            let rate = s.sampling.sample_rate;
-            let sampled_in = match item.trace_id() {
-                Some(trace) if rate < 1.0 => sampling::keeps_trace(trace, rate),
-                _ => true,
-            };
-            if !sampled_in && item.starts_call() {
-                let mode = if s.sampling.dry_run { "dry_run" } else { "dropped" };
-                metrics.sampled_out.with_label_values(&[mode]).inc();
-            }
-            if sampled_in || s.sampling.dry_run {
+            if let Some(item) = sample_one(s, metrics, item) {
                 redact |= s.sensitive_data == SensitiveDataPolicy::PiiV1;
                 kept.push(item);
             }
@@ -221,15 +212,30 @@ impl WriteSettings {
         }
     }
 
-    /// [`prepare`] with these settings, on the calling thread: for a caller already on a
-    /// blocking thread. Every item's project must be covered ([`WriteSettings::cover`]).
-    pub fn prepare<T: Ingested>(&self, metrics: &IngestMetrics, items: Vec<T>) -> Vec<T> {
-        let (mut kept, redact) = self.sample(metrics, items);
-        if redact {
-            self.redact(&mut kept);
+    /// [`prepare`] of one item with these settings, on the calling thread: for a caller
+    /// already on a blocking thread. Its project must be covered ([`WriteSettings::covers`]).
+    pub fn prepare_one<T: Ingested>(&self, metrics: &IngestMetrics, item: T) -> Option<T> {
+        let s = &self.0[item.project()];
+        let mut item = sample_one(s, metrics, item)?;
+        if s.sensitive_data == SensitiveDataPolicy::PiiV1 {
+            item.redact();
         }
-        kept
+        Some(item)
     }
+}
+
+/// The item, unless its project's settings `s` sample it out (a dropped call is counted).
+fn sample_one<T: Ingested>(s: &ProjectSettings, metrics: &IngestMetrics, item: T) -> Option<T> {
+    let rate = s.sampling.sample_rate;
+    let sampled_in = match item.trace_id() {
+        Some(trace) if rate < 1.0 => sampling::keeps_trace(trace, rate),
+        _ => true,
+    };
+    if !sampled_in && item.starts_call() {
+        let mode = if s.sampling.dry_run { "dry_run" } else { "dropped" };
+        metrics.sampled_out.with_label_values(&[mode]).inc();
+    }
+    (sampled_in || s.sampling.dry_run).then_some(item)
 }
 
 /// Applies each project's ingest sampling and sensitive-data policy to what is about to be

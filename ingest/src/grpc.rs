@@ -32,7 +32,7 @@ use tonic::codec::{Codec, CompressionEncoding, DecodeBuf, Decoder, EncodeBuf, En
 use tonic::codegen::Service;
 use tonic::server::{Grpc, NamedService, UnaryService};
 
-use crate::otlp::{OtlpIngest, header_project};
+use crate::otlp::{Each, OtlpIngest, header_project};
 
 /// What one OTLP service exports: its name, its answer, and how a message is stored.
 pub(crate) trait Signal: Send + Sync + 'static {
@@ -63,8 +63,8 @@ impl Signal for Traces {
         message: Bytes,
     ) -> BoxFuture<'static, Result<Self::Response, ApiError>> {
         Box::pin(async move {
-            let convert = move |project: Option<&ProjectId>, user: Option<&str>| {
-                otlp::convert(&otlp::decode_protobuf(&message)?, project, user)
+            let convert = move |project: Option<&ProjectId>, user: Option<&str>, each: Each| {
+                otlp::convert_each(&otlp::decode_protobuf(&message)?, project, user, each)
             };
             ingest.export(&who, project, convert).await
         })

@@ -15,11 +15,14 @@ use axum::routing::post;
 use axum::{Extension, Router};
 use heddle_api::settings::{WriteSettings, prepare};
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
-use heddle_pipeline::Staged;
+use heddle_proto::calls::CallPart;
 use heddle_proto::otlp::{self, op};
 use heddle_proto::{ProjectId, ProtoError};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
+
+/// Where a conversion hands each call it makes.
+pub(crate) type Each<'e> = &'e mut dyn FnMut(CallPart);
 
 /// Placeholder ops this process already wrote; beyond this many, the memory is reset.
 const KNOWN_OPS_LIMIT: usize = 100_000;
@@ -56,18 +59,23 @@ impl Format {
         }
     }
 
-    /// Decodes a trace export body and converts its spans (see [`otlp::convert`]). A protobuf
-    /// body is read in place; a JSON one is decoded into prost's types, then read the same way.
+    /// Decodes a trace export body and converts its spans, each call to `each` (see
+    /// [`otlp::convert_each`]). A protobuf body is read in place; a JSON one is decoded into
+    /// prost's types, then read the same way.
     fn convert(
         self,
         body: &[u8],
         project: Option<&ProjectId>,
         user: Option<&str>,
+        each: Each,
     ) -> Result<otlp::Converted, ProtoError> {
         match self {
-            Format::Protobuf => otlp::convert(&otlp::decode_protobuf(body)?, project, user),
+            Format::Protobuf => {
+                otlp::convert_each(&otlp::decode_protobuf(body)?, project, user, each)
+            }
             Format::Json => {
-                otlp::convert(&otlp::Request::from(&otlp::decode_json(body)?), project, user)
+                let request = otlp::decode_json(body)?;
+                otlp::convert_each(&otlp::Request::from(&request), project, user, each)
             }
         }
     }
@@ -126,15 +134,20 @@ impl OtlpIngest {
     /// authorises and stores it; the answer carries the rejected spans.
     ///
     /// With a header project every span is that project's, authorised before any work and its
-    /// settings known: the calls are sampled, redacted and staged for the sink
-    /// ([`heddle_pipeline::Sink::stage`]) on the thread that converted them, while they are in
-    /// its cache (docs/benchmarks.md, "Calls staged where they are made"). Without one, the
-    /// projects are known only once converted, and all of that follows authorisation.
+    /// settings known: each call is sampled, redacted and handed to the sink's stager
+    /// ([`heddle_pipeline::Sink::stager`]) as soon as it is made, on the thread that made it
+    /// and while it is in its cache (docs/benchmarks.md, "Calls staged where they are made").
+    /// Without one, the projects are known only once converted, and all of that follows
+    /// authorisation.
     pub(crate) async fn export(
         &self,
         who: &Principal,
         header_project: Option<ProjectId>,
-        convert: impl FnOnce(Option<&ProjectId>, Option<&str>) -> Result<otlp::Converted, ProtoError>
+        convert: impl FnOnce(
+            Option<&ProjectId>,
+            Option<&str>,
+            Each,
+        ) -> Result<otlp::Converted, ProtoError>
         + Send
         + 'static,
     ) -> Result<ExportTraceServiceResponse, ApiError> {
@@ -146,14 +159,20 @@ impl OtlpIngest {
             None => None,
         };
         let state = self.state.clone();
-        let (converted, staged) = self
+        let (converted, staged, unprepared) = self
             .convert(who, header_project, move |project, user| {
-                let mut converted = convert(project, user)?;
-                let staged = settings.filter(|s| s.cover(&converted.parts)).map(|s| {
-                    let parts = std::mem::take(&mut converted.parts);
-                    state.sink.stage(s.prepare(&state.ingest_metrics, parts))
-                });
-                Ok((converted, staged))
+                let mut staged = state.sink.stager();
+                // Parts whose settings are not known here (none, with a header project).
+                let mut unprepared = Vec::new();
+                let converted = convert(project, user, &mut |part| match &settings {
+                    Some(s) if s.covers(&part) => {
+                        if let Some(part) = s.prepare_one(&state.ingest_metrics, part) {
+                            staged.push(part);
+                        }
+                    }
+                    _ => unprepared.push(part),
+                })?;
+                Ok((converted, staged, unprepared))
             })
             .await?;
         let projects: BTreeSet<&ProjectId> = converted.ops.iter().map(|(p, _)| p).collect();
@@ -162,15 +181,13 @@ impl OtlpIngest {
         }
         self.ensure_ops(&converted.ops, who.user_id()).await?;
         let response = converted.response();
-        let staged = match staged {
-            Some(staged) => staged?,
-            // Sampling and redaction (docs/api/project-settings.md) before anything is written.
-            None => Staged::parts(
-                prepare(&self.state.settings, &self.state.ingest_metrics, converted.parts).await?,
-            ),
-        };
         if !staged.is_empty() {
             self.state.sink.write_staged(staged).await?;
+        }
+        // Sampling and redaction (docs/api/project-settings.md) before anything is written.
+        let parts = prepare(&self.state.settings, &self.state.ingest_metrics, unprepared).await?;
+        if !parts.is_empty() {
+            self.state.sink.write(parts).await?;
         }
         Ok(response)
     }
@@ -241,8 +258,8 @@ async fn export_http(
     let project = header_project(&headers)?;
     // Held until the spans are converted and written: decoding is where a body grows.
     let (bytes, _admitted) = admit_and_decode(&ingest.state, body).await?;
-    let convert = move |project: Option<&ProjectId>, user: Option<&str>| {
-        format.convert(&bytes, project, user)
+    let convert = move |project: Option<&ProjectId>, user: Option<&str>, each: Each| {
+        format.convert(&bytes, project, user, each)
     };
     Ok(format.respond(ingest.export(&who, project, convert).await?))
 }

@@ -22,8 +22,8 @@ use heddle_proto::calls::CallPart;
 use heddle_proto::otlp::logs::OtelLog;
 use heddle_proto::otlp::op::OpWrites;
 use heddle_proto::record::{
-    CallPartRecord, FileRecord, LogRecordRecord, Offload, OpRecord, encode_logs, encode_ops,
-    encode_records, offload, partition_of,
+    CallPartRecord, FileRecord, LogRecordRecord, Offload, OpRecord, append_record, encode_logs,
+    encode_ops, offload, partition_of,
 };
 use prost::Message;
 
@@ -49,43 +49,97 @@ pub(crate) fn plan(
     partitions: u32,
     max_record_bytes: usize,
 ) -> Result<Plan, SinkError> {
-    let mut groups: Vec<Vec<CallPartRecord>> = vec![Vec::new(); partitions.max(1) as usize];
-    for p in parts {
-        let key = p.trace_id.as_deref().unwrap_or(&p.id);
-        groups[partition_of(key, partitions) as usize].push(CallPartRecord::from(p));
+    let mut planner = Planner::new(partitions, max_record_bytes);
+    for part in parts {
+        planner.push(part)?;
     }
-    let mut blobs = Vec::new();
-    let mut records = Vec::new();
-    for (partition, group) in groups.into_iter().enumerate() {
-        let mut chunk: Vec<CallPartRecord> = Vec::new();
-        let mut size = 0;
-        for mut rec in group {
-            if rec.encoded_len() > max_record_bytes {
-                let off =
-                    offload(rec).map_err(|e| SinkError::internal("offloading a call part", e))?;
-                rec = off.reference.clone();
-                blobs.push(off);
-            }
-            let len = rec.encoded_len();
-            if !chunk.is_empty() && size + len > max_record_bytes {
-                records.push(record(partition, std::mem::take(&mut chunk)));
-                size = 0;
-            }
-            chunk.push(rec);
-            size += len;
-        }
-        if !chunk.is_empty() {
-            records.push(record(partition, chunk));
-        }
-    }
-    Ok(Plan { blobs, records })
+    Ok(planner.finish())
 }
 
-fn record(partition: usize, parts: Vec<CallPartRecord>) -> Record {
-    let key = parts[0].trace_id.clone().unwrap_or_else(|| parts[0].id.clone());
-    Record { partition: partition as i32, key, payload: encode_records(parts) }
+/// [`plan`] a part at a time: each part is encoded into its partition's record as it comes, so
+/// that a caller making parts one by one hands each over while it is still in the cache, and
+/// its memory is reused for the next (docs/benchmarks.md, "Calls staged where they are made").
+/// A record's bytes are those of encoding its parts together: a repeated field is its
+/// elements' encodings, one after another.
+pub(crate) struct Planner {
+    partitions: u32,
+    max_record_bytes: usize,
+    /// Per partition, the record being filled.
+    open: Vec<OpenRecord>,
+    plan: Plan,
 }
 
+#[derive(Default)]
+struct OpenRecord {
+    /// Its first part's trace id (or id), the record's key.
+    key: Option<String>,
+    payload: Vec<u8>,
+    /// The encoded size of its parts, without their field headers: what is cut at.
+    size: usize,
+}
+
+impl Planner {
+    pub(crate) fn new(partitions: u32, max_record_bytes: usize) -> Planner {
+        let open = (0..partitions.max(1)).map(|_| OpenRecord::default()).collect();
+        Planner {
+            partitions,
+            max_record_bytes,
+            open,
+            plan: Plan { blobs: vec![], records: vec![] },
+        }
+    }
+
+    pub(crate) fn push(&mut self, part: CallPart) -> Result<(), SinkError> {
+        let key = part.trace_id.as_deref().unwrap_or(&part.id);
+        let partition = partition_of(key, self.partitions) as usize;
+        let mut rec = CallPartRecord::from(part);
+        if rec.encoded_len() > self.max_record_bytes {
+            let off = offload(rec).map_err(|e| SinkError::internal("offloading a call part", e))?;
+            rec = off.reference.clone();
+            self.plan.blobs.push(off);
+        }
+        let len = rec.encoded_len();
+        let open = &mut self.open[partition];
+        if open.key.is_some() && open.size + len > self.max_record_bytes {
+            let full = std::mem::take(open);
+            self.plan.records.push(full.record(partition));
+        }
+        let open = &mut self.open[partition];
+        if open.key.is_none() {
+            open.key = Some(rec.trace_id.clone().unwrap_or_else(|| rec.id.clone()));
+            // Its whole size at once: grown by doubling, a record's bytes were copied about
+            // once more. Pages not written to take no memory.
+            open.payload.reserve(self.max_record_bytes + self.max_record_bytes / 16);
+        }
+        append_record(&mut open.payload, &rec);
+        open.size += len;
+        Ok(())
+    }
+
+    /// Whether no part was pushed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.plan.records.is_empty() && self.open.iter().all(|o| o.key.is_none())
+    }
+
+    pub(crate) fn finish(mut self) -> Plan {
+        for (partition, open) in self.open.into_iter().enumerate() {
+            if open.key.is_some() {
+                self.plan.records.push(open.record(partition));
+            }
+        }
+        self.plan
+    }
+}
+
+impl OpenRecord {
+    fn record(self, partition: usize) -> Record {
+        Record {
+            partition: partition as i32,
+            key: self.key.expect("a record holds a part"),
+            payload: self.payload,
+        }
+    }
+}
 /// Splits placeholder-op writes into records: one partition per project, cut at
 /// `max_record_bytes`, each record with the project's files (a few hundred bytes) so it can be
 /// stored on its own.

@@ -34,7 +34,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use tokio::sync::Mutex;
 
 use crate::metrics::Metrics;
-use crate::plan::{Plan, Record, plan, plan_logs, plan_ops};
+use crate::plan::{Plan, Planner, Record, plan, plan_logs, plan_ops};
 use crate::sink::Staging;
 use crate::{KafkaConfig, Sink, SinkError, Staged};
 
@@ -396,12 +396,13 @@ impl Sink for KafkaSink {
         self.send(plan).await
     }
 
-    /// Plans the records with the partition count last read; before any was read, nothing.
-    fn stage(&self, parts: Vec<CallPart>) -> Result<Staged, SinkError> {
+    /// Plans the records with the partition count last read; before any was read, the parts
+    /// are collected and written as `write` writes them.
+    fn stager(&self) -> Staged {
         match self.partitions.load(Ordering::Relaxed) {
-            0 => Ok(Staged::parts(parts)),
+            0 => Staged::parts(Vec::new()),
             partitions => {
-                Ok(Staged(Staging::Records(plan(parts, partitions, self.cfg.max_record_bytes)?)))
+                Staged(Staging::Records(Planner::new(partitions, self.cfg.max_record_bytes)))
             }
         }
     }
@@ -409,7 +410,9 @@ impl Sink for KafkaSink {
     async fn write_staged(&self, staged: Staged) -> Result<(), SinkError> {
         match staged.0 {
             Staging::Parts(parts) => self.write(parts).await,
-            Staging::Records(plan) => {
+            Staging::Failed(e) => Err(e),
+            Staging::Records(planner) => {
+                let plan = planner.finish();
                 // Keeps the count fresh, and fails as `write` does when the topic is unknown. A
                 // count that grew since the plan was made changes where a trace's parts go, as
                 // it does between any two writes; storing does not depend on it.

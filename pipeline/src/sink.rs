@@ -20,14 +20,15 @@ use crate::SinkError;
 pub trait Sink: Send + Sync + 'static {
     async fn write(&self, parts: Vec<CallPart>) -> Result<(), SinkError>;
 
-    /// The work of writing `parts` that needs no I/O, for a caller on a blocking thread to do
-    /// right after making them, while they are still in its core's cache (for Kafka: cutting
-    /// and encoding the records). By default there is none.
-    fn stage(&self, parts: Vec<CallPart>) -> Result<Staged, SinkError> {
-        Ok(Staged::parts(parts))
+    /// Where a caller on a blocking thread puts call parts as it makes them ([`Staged::push`]),
+    /// for the work of writing them that needs no I/O to be done there and then, while each
+    /// part is still in its core's cache (for Kafka: encoding it into its record). By default
+    /// the parts are only collected.
+    fn stager(&self) -> Staged {
+        Staged::parts(Vec::new())
     }
 
-    /// Writes what [`Sink::stage`] made; returns once it is durable, as [`Sink::write`] does.
+    /// Writes what a [`Sink::stager`] took; returns once it is durable, as [`Sink::write`] does.
     async fn write_staged(&self, staged: Staged) -> Result<(), SinkError> {
         match staged.0 {
             Staging::Parts(parts) => self.write(parts).await,
@@ -35,6 +36,7 @@ pub trait Sink: Send + Sync + 'static {
             Staging::Records(_) => {
                 Err(SinkError::internal("writing staged records", "staged by another sink"))
             }
+            Staging::Failed(e) => Err(e),
         }
     }
 
@@ -46,15 +48,17 @@ pub trait Sink: Send + Sync + 'static {
     async fn write_logs(&self, logs: Vec<OtelLog>) -> Result<(), SinkError>;
 }
 
-/// Call parts ready to write ([`Sink::stage`]).
+/// Call parts on their way to a sink ([`Sink::stager`]).
 pub struct Staged(pub(crate) Staging);
 
 pub(crate) enum Staging {
-    /// Nothing done yet.
+    /// Collected as they are.
     Parts(Vec<CallPart>),
-    /// Cut and encoded into Kafka records.
+    /// Encoded into Kafka records.
     #[cfg(feature = "kafka")]
-    Records(crate::plan::Plan),
+    Records(crate::plan::Planner),
+    /// A part could not be staged: the write fails with this.
+    Failed(SinkError),
 }
 
 impl Staged {
@@ -62,11 +66,25 @@ impl Staged {
         Staged(Staging::Parts(parts))
     }
 
+    pub fn push(&mut self, part: CallPart) {
+        match &mut self.0 {
+            Staging::Parts(parts) => parts.push(part),
+            #[cfg(feature = "kafka")]
+            Staging::Records(planner) => {
+                if let Err(e) = planner.push(part) {
+                    self.0 = Staging::Failed(e);
+                }
+            }
+            Staging::Failed(_) => {}
+        }
+    }
+
     pub fn is_empty(&self) -> bool {
         match &self.0 {
             Staging::Parts(parts) => parts.is_empty(),
             #[cfg(feature = "kafka")]
-            Staging::Records(plan) => plan.records.is_empty(),
+            Staging::Records(planner) => planner.is_empty(),
+            Staging::Failed(_) => false,
         }
     }
 }

@@ -341,6 +341,13 @@ pub fn encode_records(parts: impl IntoIterator<Item = CallPartRecord>) -> Vec<u8
     CallPartBatch { parts: parts.into_iter().collect(), ..Default::default() }.encode_to_vec()
 }
 
+/// Appends `rec` to a record value of call parts: the value [`encode_records`] makes of some
+/// parts and then `rec` (a repeated field is its elements' encodings, one after another).
+pub fn append_record(value: &mut Vec<u8>, rec: &CallPartRecord) {
+    prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, value);
+    rec.encode_length_delimited(value).expect("a Vec grows as needed");
+}
+
 /// Encodes placeholder-op writes as one record value.
 pub fn encode_ops(files: Vec<FileRecord>, ops: Vec<OpRecord>) -> Vec<u8> {
     CallPartBatch { files, ops, ..Default::default() }.encode_to_vec()
@@ -544,6 +551,17 @@ mod tests {
         let parts = vec![part("a", true, true), part("b", true, false), part("c", false, true)];
         let bytes = encode_parts(&parts);
         assert_eq!(decode_parts(&bytes).unwrap(), parts);
+    }
+
+    #[test]
+    fn parts_appended_one_by_one_make_the_record_encoded_at_once() {
+        let parts = [part("a", true, true), part("b", true, false), part("c", false, true)];
+        let records: Vec<CallPartRecord> = parts.iter().map(CallPartRecord::from).collect();
+        let mut appended = Vec::new();
+        for rec in &records {
+            append_record(&mut appended, rec);
+        }
+        assert_eq!(appended, encode_records(records));
     }
 
     #[test]

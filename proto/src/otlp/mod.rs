@@ -90,7 +90,20 @@ pub fn convert(
     wb_user_id: Option<&str>,
 ) -> Result<Converted, ProtoError> {
     let spans = req.resource_spans.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len());
-    let mut out = Converted { parts: Vec::with_capacity(spans.sum()), ..Default::default() };
+    let mut parts = Vec::with_capacity(spans.sum());
+    let converted = convert_each(req, header_project, wb_user_id, &mut |part| parts.push(part))?;
+    Ok(Converted { parts, ..converted })
+}
+
+/// [`convert`], handing each call to `each` as soon as it is made; the `parts` of the answer
+/// are left empty.
+pub fn convert_each(
+    req: &Request,
+    header_project: Option<&ProjectId>,
+    wb_user_id: Option<&str>,
+    each: &mut dyn FnMut(CallPart),
+) -> Result<Converted, ProtoError> {
+    let mut out = Converted::default();
     let mut sequences = sequences::Sequences::default();
     for rs in &req.resource_spans {
         let project = match (header_project, resource_project(rs.resource.as_ref())) {
@@ -140,7 +153,7 @@ pub fn convert(
                             out.ops.insert((project.clone(), sp.name.to_owned()));
                             *listed = true;
                         }
-                        out.parts.push(part);
+                        each(part);
                     }
                     Err(reason) => {
                         out.rejected += 1;
