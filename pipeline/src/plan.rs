@@ -56,6 +56,11 @@ pub(crate) fn plan(
     Ok(planner.finish())
 }
 
+/// What a record's buffer starts at.
+const FIRST_RESERVE: usize = 64 * 1024;
+/// The most a part's field header takes: its tag and its length.
+const FIELD_HEADER: usize = 1 + 10;
+
 /// [`plan`] a part at a time: each part is encoded into its partition's record as it comes, so
 /// that a caller making parts one by one hands each over while it is still in the cache, and
 /// its memory is reused for the next (docs/benchmarks.md, "Calls staged where they are made").
@@ -107,9 +112,15 @@ impl Planner {
         let open = &mut self.open[partition];
         if open.key.is_none() {
             open.key = Some(rec.trace_id.clone().unwrap_or_else(|| rec.id.clone()));
-            // Its whole size at once: grown by doubling, a record's bytes were copied about
-            // once more. Pages not written to take no memory.
-            open.payload.reserve(self.max_record_bytes + self.max_record_bytes / 16);
+        }
+        // A record grown by doubling copied its bytes about once more, which cancelled what
+        // encoding parts in the cache saved. It starts small, for a request of a few calls,
+        // and then grows once to the most it can hold (its parts' field headers included).
+        let room = len + FIELD_HEADER;
+        if open.payload.capacity() - open.payload.len() < room {
+            let most = self.max_record_bytes + self.max_record_bytes / 16;
+            let target = if open.payload.is_empty() { FIRST_RESERVE.min(most) } else { most };
+            open.payload.reserve_exact(target.max(open.payload.len() + room) - open.payload.len());
         }
         append_record(&mut open.payload, &rec);
         open.size += len;
@@ -261,6 +272,27 @@ mod tests {
         seen.sort_by(|a, b| a.id.cmp(&b.id));
         parts.sort_by(|a, b| a.id.cmp(&b.id));
         assert_eq!(seen, parts);
+    }
+
+    #[test]
+    fn records_filled_part_by_part_are_their_parts_encoded_together() {
+        use heddle_proto::record::{CallPartBatch, encode_records};
+        // Records past the first reserve, so that each grows once.
+        let max = 200_000;
+        let parts: Vec<CallPart> = (0..300)
+            .map(|i| part(&format!("p{i}"), &format!("t{}", i % 7), 1_500 + i * 7))
+            .collect();
+        let plan = plan(parts.clone(), 2, max).unwrap();
+        assert!(plan.blobs.is_empty() && plan.records.len() > 2, "{}", plan.records.len());
+        assert!(plan.records.iter().any(|r| r.payload.len() > FIRST_RESERVE));
+        let mut seen = 0;
+        for r in &plan.records {
+            assert!(r.payload.len() <= max + max / 16, "{}", r.payload.len());
+            let batch = CallPartBatch::decode(&r.payload[..]).unwrap();
+            seen += batch.parts.len();
+            assert_eq!(r.payload, encode_records(batch.parts));
+        }
+        assert_eq!(seen, parts.len());
     }
 
     #[test]

@@ -36,6 +36,7 @@ pub trait Sink: Send + Sync + 'static {
             Staging::Records(_) => {
                 Err(SinkError::internal("writing staged records", "staged by another sink"))
             }
+            #[cfg(feature = "kafka")]
             Staging::Failed(e) => Err(e),
         }
     }
@@ -57,12 +58,13 @@ pub(crate) enum Staging {
     /// Encoded into Kafka records.
     #[cfg(feature = "kafka")]
     Records(crate::plan::Planner),
-    /// A part could not be staged: the write fails with this.
+    /// A part could not be encoded: the write fails with this.
+    #[cfg(feature = "kafka")]
     Failed(SinkError),
 }
 
 impl Staged {
-    pub fn parts(parts: Vec<CallPart>) -> Staged {
+    pub(crate) fn parts(parts: Vec<CallPart>) -> Staged {
         Staged(Staging::Parts(parts))
     }
 
@@ -75,6 +77,7 @@ impl Staged {
                     self.0 = Staging::Failed(e);
                 }
             }
+            #[cfg(feature = "kafka")]
             Staging::Failed(_) => {}
         }
     }
@@ -84,6 +87,7 @@ impl Staged {
             Staging::Parts(parts) => parts.is_empty(),
             #[cfg(feature = "kafka")]
             Staging::Records(planner) => planner.is_empty(),
+            #[cfg(feature = "kafka")]
             Staging::Failed(_) => false,
         }
     }
