@@ -153,6 +153,8 @@ impl OtlpIngest {
     ) -> Result<ExportTraceServiceResponse, ApiError> {
         let settings = match &header_project {
             Some(p) => {
+                // Before its settings are read from the store; `convert` checks it again, as it
+                // does for the logs.
                 who.check(p)?;
                 Some(WriteSettings::fetch(&self.state.settings, [p]).await?)
             }

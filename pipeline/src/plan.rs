@@ -98,12 +98,13 @@ impl Planner {
         let key = part.trace_id.as_deref().unwrap_or(&part.id);
         let partition = partition_of(key, self.partitions) as usize;
         let mut rec = CallPartRecord::from(part);
-        if rec.encoded_len() > self.max_record_bytes {
+        let mut len = rec.encoded_len();
+        if len > self.max_record_bytes {
             let off = offload(rec).map_err(|e| SinkError::internal("offloading a call part", e))?;
             rec = off.reference.clone();
+            len = rec.encoded_len();
             self.plan.blobs.push(off);
         }
-        let len = rec.encoded_len();
         let open = &mut self.open[partition];
         if open.key.is_some() && open.size + len > self.max_record_bytes {
             let full = std::mem::take(open);
@@ -120,7 +121,7 @@ impl Planner {
         if open.payload.capacity() - open.payload.len() < room {
             let most = self.max_record_bytes + self.max_record_bytes / 16;
             let target = if open.payload.is_empty() { FIRST_RESERVE.min(most) } else { most };
-            open.payload.reserve_exact(target.max(open.payload.len() + room) - open.payload.len());
+            open.payload.reserve_exact(target.saturating_sub(open.payload.len()).max(room));
         }
         append_record(&mut open.payload, &rec);
         open.size += len;
