@@ -5,10 +5,9 @@
 //!    message, so a request without a valid key costs no more than its headers;
 //! 2. take the message as bytes (tonic still enforces the message size limit, compressed and
 //!    decompressed) instead of letting tonic decode it on the async worker;
-//! 3. admit it against the memory budget, then decode it (each span, log record and value
-//!    counted against the bounds before it is built) and convert it on the blocking pool — the
-//!    same path as an OTLP/HTTP protobuf body, so a message of empty spans is refused before it
-//!    can decode into gigabytes.
+//! 3. admit it against the memory budget, then count its spans (or log records) and values on
+//!    the wire and decode and convert it on the blocking pool — the same path as an OTLP/HTTP
+//!    protobuf body, so a message of empty spans is refused before it can decode into gigabytes.
 //!
 //! This replaces the generated `TraceServiceServer` and `LogsServiceServer`, which decode with
 //! prost before the handler runs; the rest of the generated plumbing (`tonic::server::Grpc`) is

@@ -29,8 +29,9 @@ pub use json::decode_json;
 pub use request::{Request, Scope};
 
 /// Decodes an OTLP/protobuf body in place ([`request`]); one with more spans or values than
-/// [`crate::limits`] allows is refused at the first message past the bound, before it is built.
+/// [`crate::limits`] allows is refused before it is decoded.
 pub fn decode_protobuf(body: &[u8]) -> Result<Request<'_>, ProtoError> {
+    wire::count(body)?;
     Request::decode(body)
 }
 

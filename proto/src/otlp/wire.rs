@@ -1,15 +1,15 @@
-//! The OTLP/protobuf wire format: splitting a message into its fields ([`next_field`]), and the
-//! bounds of [`crate::limits`] on what a request holds ([`Counts::add`]).
+//! Counting an OTLP/protobuf trace (or logs) request before decoding it. A message that is empty on the
+//! wire (two bytes) decodes into a struct of 60–300 bytes, so a 32 MiB body of empty spans or
+//! attributes would decode into gigabytes. This pass walks the wire format without allocating,
+//! counts spans and nested values, and refuses the request when they exceed the bounds of
+//! [`crate::limits`] — before anything is built.
 //!
-//! A message that is empty on the wire (two bytes) decodes into a struct of 60–300 bytes, so a
-//! 32 MiB body of empty spans or attributes would decode into gigabytes. Every nested message is
-//! therefore counted before it is built, and the request refused at the first one past a bound:
-//! a trace request by its reader as it reads (`super::request`), a logs request, which prost
-//! decodes, by [`count_logs`], a walk over the wire that allocates nothing.
+//! Only the fields that hold nested messages are followed (the trace and logs schemas'); everything else
+//! is skipped by its wire type. Whatever the decoder would reject as malformed is left for it to
+//! report: this pass only fails on counts, or on input too broken to walk.
 //!
-//! The walk follows only the fields that hold nested messages (the logs schema's); everything
-//! else is skipped by its wire type. Whatever the decoder would reject as malformed is left for
-//! it to report: the walk only fails on counts, or on input too broken to walk.
+//! [`next_field`], which splits a message into its fields, is also how a trace request is read
+//! in place (`super::request`).
 
 use std::borrow::Cow;
 
@@ -101,11 +101,17 @@ fn take<const N: usize>(buf: &mut &[u8]) -> Result<[u8; N], WireError> {
     Ok(*head)
 }
 
-/// The message types of the logs schema that contain other messages.
+/// The message types of the trace and logs schemas that contain other messages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Msg {
+    Request,
+    ResourceSpans,
     Resource,
+    ScopeSpans,
     Scope,
+    Span,
+    Event,
+    Link,
     KeyValue,
     AnyValue,
     ArrayValue,
@@ -114,13 +120,26 @@ enum Msg {
     ResourceLogs,
     ScopeLogs,
     LogRecord,
+    /// A message with no nested messages of interest (e.g. `Status`): skipped as bytes.
+    Leaf,
 }
 
 /// The message type of field `tag` of `parent`, when it is a message.
 fn child(parent: Msg, tag: u32) -> Option<Msg> {
     use Msg::*;
     Some(match (parent, tag) {
-        (Resource, 1) | (Scope, 3) | (KeyValueList, 1) => KeyValue,
+        (Request, 1) => ResourceSpans,
+        (ResourceSpans, 1) => Resource,
+        (ResourceSpans, 2) => ScopeSpans,
+        (Resource, 1) => KeyValue,
+        (ScopeSpans, 1) => Scope,
+        (ScopeSpans, 2) => Span,
+        (Scope, 3) => KeyValue,
+        (Span, 9) => KeyValue,
+        (Span, 11) => Event,
+        (Span, 13) => Link,
+        (Span, 15) => Leaf,
+        (Event, 3) | (Link, 4) | (KeyValueList, 1) => KeyValue,
         (KeyValue, 2) | (ArrayValue, 1) => AnyValue,
         (AnyValue, 5) => ArrayValue,
         (AnyValue, 6) => KeyValueList,
@@ -144,53 +163,14 @@ pub struct Counts {
     pub values: usize,
 }
 
-/// What a nested message counts as.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) enum Item {
-    Span,
-    LogRecord,
-    Value,
-}
-
-impl Counts {
-    /// Counts one more `item`; past its bound (docs/limits.md, "OpenTelemetry") the request is
-    /// to be refused, with [`too_many`].
-    #[inline]
-    pub(super) fn add(&mut self, item: Item) -> Result<(), Item> {
-        let (n, bound) = match item {
-            Item::Span => (&mut self.spans, MAX_SPANS_PER_REQUEST),
-            Item::LogRecord => (&mut self.log_records, MAX_LOG_RECORDS_PER_REQUEST),
-            Item::Value => (&mut self.values, MAX_VALUES_PER_REQUEST),
-        };
-        *n += 1;
-        if *n > bound { Err(item) } else { Ok(()) }
-    }
-}
-
-/// Why a request holding more of `item` than its bound is refused. `items` names what the
-/// request carries, for the advice to send fewer.
-#[cold]
-pub(super) fn too_many(item: Item, items: &str) -> ProtoError {
-    ProtoError::invalid(match item {
-        Item::Span => {
-            format!(
-                "the request has more than {MAX_SPANS_PER_REQUEST} spans: send fewer per request"
-            )
-        }
-        Item::LogRecord => format!(
-            "the request has more than {MAX_LOG_RECORDS_PER_REQUEST} log records: send fewer per \
-             request"
-        ),
-        Item::Value => format!(
-            "the request has more than {MAX_VALUES_PER_REQUEST} attributes, events, links and \
-             values together: send fewer {items} per request"
-        ),
-    })
-}
-
 /// A body that does not decode, and why.
 pub(super) fn malformed(e: impl std::fmt::Display) -> ProtoError {
     ProtoError::invalid(format!("invalid OTLP protobuf body: {e}"))
+}
+
+/// Counts the spans and values of an `ExportTraceServiceRequest` body.
+pub fn count(body: &[u8]) -> Result<Counts, ProtoError> {
+    walk(body, Msg::Request)
 }
 
 /// Counts the log records and values of an `ExportLogsServiceRequest` body.
@@ -199,6 +179,7 @@ pub fn count_logs(body: &[u8]) -> Result<Counts, ProtoError> {
 }
 
 fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
+    let items = if root == Msg::LogsRequest { "log records" } else { "spans" };
     let mut counts = Counts::default();
     // (message type, bytes left of it), innermost last; the body itself is the outermost.
     let mut stack: Vec<(Msg, &[u8])> = vec![(root, body)];
@@ -212,17 +193,40 @@ fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
                 },
                 _ => continue,
             };
-            let item = if m == Msg::LogRecord { Item::LogRecord } else { Item::Value };
-            counts.add(item).map_err(|item| too_many(item, "log records"))?;
+            match m {
+                Msg::Span => counts.spans += 1,
+                Msg::LogRecord => counts.log_records += 1,
+                _ => counts.values += 1,
+            }
+            if counts.spans > MAX_SPANS_PER_REQUEST {
+                return Err(ProtoError::invalid(format!(
+                    "the request has more than {MAX_SPANS_PER_REQUEST} spans: send fewer per \
+                     request"
+                )));
+            }
+            if counts.log_records > MAX_LOG_RECORDS_PER_REQUEST {
+                return Err(ProtoError::invalid(format!(
+                    "the request has more than {MAX_LOG_RECORDS_PER_REQUEST} log records: send \
+                     fewer per request"
+                )));
+            }
+            if counts.values > MAX_VALUES_PER_REQUEST {
+                return Err(ProtoError::invalid(format!(
+                    "the request has more than {MAX_VALUES_PER_REQUEST} attributes, events, \
+                     links and values together: send fewer {items} per request"
+                )));
+            }
             // The open messages, this one's rest included.
             if stack.len() + 1 > MAX_NESTING {
                 return Err(malformed("nesting is deeper than 100 levels"));
             }
-            // The rest of this message waits below its child, which is walked next: the
-            // stack holds at most one entry per level.
-            stack.push((msg, buf));
-            stack.push((m, field));
-            continue 'messages;
+            if m != Msg::Leaf {
+                // The rest of this message waits below its child, which is walked next: the
+                // stack holds at most one entry per level.
+                stack.push((msg, buf));
+                stack.push((m, field));
+                continue 'messages;
+            }
         }
     }
     Ok(counts)
@@ -230,9 +234,9 @@ fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
 
 #[cfg(test)]
 mod tests {
-    use opentelemetry_proto::tonic::collector::logs::v1::ExportLogsServiceRequest;
+    use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
     use opentelemetry_proto::tonic::common::v1::{AnyValue, ArrayValue, KeyValue, any_value};
-    use opentelemetry_proto::tonic::logs::v1::{LogRecord, ResourceLogs, ScopeLogs};
+    use opentelemetry_proto::tonic::trace::v1::{ResourceSpans, ScopeSpans, Span, span::Event};
     use prost::Message;
 
     use super::*;
@@ -245,34 +249,34 @@ mod tests {
         }
     }
 
-    fn request(log_records: Vec<LogRecord>) -> Vec<u8> {
-        ExportLogsServiceRequest {
-            resource_logs: vec![ResourceLogs {
-                scope_logs: vec![ScopeLogs { log_records, ..Default::default() }],
+    fn request(spans: Vec<Span>) -> Vec<u8> {
+        ExportTraceServiceRequest {
+            resource_spans: vec![ResourceSpans {
+                scope_spans: vec![ScopeSpans { spans, ..Default::default() }],
                 ..Default::default()
             }],
         }
         .encode_to_vec()
     }
 
-    /// A record whose body nests `levels` lists.
-    fn nested_record(levels: usize) -> LogRecord {
+    /// A span whose one attribute nests `levels` lists.
+    fn nested_span(levels: usize) -> Span {
         let mut value = any_value::Value::IntValue(1);
         for _ in 0..levels {
             value = any_value::Value::ArrayValue(ArrayValue {
                 values: vec![AnyValue { value: Some(value) }],
             });
         }
-        LogRecord { body: Some(AnyValue { value: Some(value) }), ..Default::default() }
+        Span { name: "s".into(), attributes: vec![kv("deep", value)], ..Default::default() }
     }
 
     #[test]
     fn nesting_past_prosts_limit_is_refused_as_prost_would() {
         // Around prost's limit the walk refuses exactly what prost would.
         for levels in 40..56 {
-            let body = request(vec![nested_record(levels)]);
-            let prost = ExportLogsServiceRequest::decode(&body[..]);
-            match count_logs(&body) {
+            let body = request(vec![nested_span(levels)]);
+            let prost = ExportTraceServiceRequest::decode(&body[..]);
+            match count(&body) {
                 Ok(_) => assert!(prost.is_ok(), "{levels}"),
                 Err(e) => {
                     assert!(e.to_string().contains("nesting is deeper than 100 levels"), "{e}");
@@ -280,55 +284,43 @@ mod tests {
                 }
             }
         }
+        assert!(count(&request(vec![nested_span(46)])).is_ok());
+        assert!(count(&request(vec![nested_span(48)])).is_err());
     }
 
     #[test]
-    fn counts_log_records_and_nested_values() {
+    fn counts_spans_and_nested_values() {
         let list = any_value::Value::ArrayValue(ArrayValue {
             values: vec![AnyValue { value: Some(any_value::Value::IntValue(1)) }; 3],
         });
-        let record = LogRecord {
+        let span = Span {
+            name: "s".into(),
             attributes: vec![kv("a", any_value::Value::StringValue("x".into())), kv("l", list)],
+            events: vec![Event { name: "e".into(), ..Default::default() }],
             ..Default::default()
         };
-        let counts = count_logs(&request(vec![record.clone(), record])).unwrap();
-        assert_eq!(counts.log_records, 2);
-        // Per record: 2 KeyValues, 2 AnyValues, 1 ArrayValue, 3 elements; plus the
-        // ResourceLogs and ScopeLogs around them.
-        assert_eq!(counts.values, 2 * 8 + 2);
+        let counts = count(&request(vec![span.clone(), span])).unwrap();
+        assert_eq!(counts.spans, 2);
+        // Per span: 2 KeyValues, 2 AnyValues, 1 ArrayValue, 3 elements, 1 event; plus the
+        // ResourceSpans and ScopeSpans around them.
+        assert_eq!(counts.values, 2 * 9 + 2);
     }
 
     #[test]
-    fn empty_records_past_the_bound_are_refused_before_decoding() {
-        // Two bytes per empty record on the wire: field 2 of ScopeLogs, length 0.
+    fn empty_spans_past_the_bound_are_refused_before_decoding() {
+        // Two bytes per empty span on the wire: field 2 of ScopeSpans, length 0.
         let mut scope = Vec::new();
-        for _ in 0..=MAX_LOG_RECORDS_PER_REQUEST {
+        for _ in 0..=MAX_SPANS_PER_REQUEST {
             scope.extend_from_slice(&[0x12, 0x00]);
         }
-        let mut rl = vec![0x12];
-        prost::encoding::encode_varint(scope.len() as u64, &mut rl);
-        rl.extend(scope);
+        let mut rs = vec![0x12];
+        prost::encoding::encode_varint(scope.len() as u64, &mut rs);
+        rs.extend(scope);
         let mut body = vec![0x0a];
-        prost::encoding::encode_varint(rl.len() as u64, &mut body);
-        body.extend(rl);
-        let err = count_logs(&body).unwrap_err();
-        assert!(err.to_string().contains("more than 50000 log records"), "{err}");
-    }
-
-    #[test]
-    fn each_bound_admits_its_value_and_refuses_one_more() {
-        for (item, bound) in [
-            (Item::Span, MAX_SPANS_PER_REQUEST),
-            (Item::LogRecord, MAX_LOG_RECORDS_PER_REQUEST),
-            (Item::Value, MAX_VALUES_PER_REQUEST),
-        ] {
-            let mut counts = Counts::default();
-            for _ in 0..bound {
-                counts.add(item).unwrap();
-            }
-            let err = too_many(counts.add(item).unwrap_err(), "spans").to_string();
-            assert!(err.contains(&format!("more than {bound} ")), "{err}");
-        }
+        prost::encoding::encode_varint(rs.len() as u64, &mut body);
+        body.extend(rs);
+        let err = count(&body).unwrap_err();
+        assert!(err.to_string().contains("more than 50000 spans"), "{err}");
     }
 
     #[test]
@@ -350,8 +342,8 @@ mod tests {
     #[test]
     fn broken_input_fails_cleanly() {
         for body in [&b"\x0a\xff\xff\xff\xff\x0f"[..], b"\x0b", b"\x0a\x05\x12"] {
-            assert!(count_logs(body).is_err(), "{body:?}");
+            assert!(count(body).is_err(), "{body:?}");
         }
-        assert_eq!(count_logs(b"").unwrap(), Counts::default());
+        assert_eq!(count(b"").unwrap(), Counts::default());
     }
 }
