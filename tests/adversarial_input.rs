@@ -155,6 +155,28 @@ async fn empty_span_bombs_are_refused_before_decoding() {
     assert_small(&server, before, 300);
 }
 
+/// One span of a million attributes fits the request's bound on values, and its list grew by
+/// doubling into ~400 MiB held resident under attack. One message's lists are bounded (10,000
+/// items together), counted on the wire before anything is decoded.
+#[tokio::test]
+async fn a_span_of_a_million_attributes_is_refused_before_decoding() {
+    let server = Server::start();
+    let api = server.admin();
+    let before = server.memory_kib("VmRSS");
+    // Attributes `a` without a value (field 9 of a span), five bytes each.
+    let attributes = [0x4a, 0x03, 0x0a, 0x01, b'a'].repeat(1_000_000);
+    let body = wrap(0x0a, wrap(0x12, wrap(0x12, attributes)));
+    let header = [("project_id", "adv/attrs"), ("content-type", "application/x-protobuf")];
+    for _ in 0..8 {
+        let reason = api.post_headers("/otel/v1/traces", &header, body.clone()).await.err(400);
+        assert!(reason.contains("one Span of the request holds more than 10000"), "{reason}");
+    }
+    let status = grpc_raw(&server, body, false).await;
+    assert_eq!(status.code(), tonic::Code::InvalidArgument, "{status:?}");
+    healthy(&api).await;
+    assert_small(&server, before, 100);
+}
+
 /// Sends `body` as the (already encoded) message of an OTLP/gRPC export; returns its status.
 async fn grpc_raw(server: &Server, body: Vec<u8>, gzip: bool) -> tonic::Status {
     let mut client = TraceServiceClient::connect(server.grpc_url.clone())

@@ -23,7 +23,9 @@ fn records(req: &ExportLogsServiceRequest) -> usize {
 }
 
 fn refused_by_policy(err: &str) -> bool {
-    err.contains("the request has more than") || err.contains("groups are not part of OTLP")
+    err.contains("the request has more than")
+        || err.contains("of the request holds more than")
+        || err.contains("groups are not part of OTLP")
 }
 
 fn check_conversion(req: &ExportLogsServiceRequest) -> logs::ConvertedLogs {

@@ -22,6 +22,12 @@ pub const MAX_SPANS_PER_REQUEST: usize = 50_000;
 /// Each costs ~60–300 bytes once decoded even when it is empty on the wire (2 bytes), so this
 /// bounds what a small body can decode into.
 pub const MAX_VALUES_PER_REQUEST: usize = 1_000_000;
+/// OTLP: the most attributes, events, links and list values in the lists of one message of an
+/// export request, together (a span, an event, a resource, an array...); a scope's spans and
+/// log records have their own bounds. OpenTelemetry SDKs keep 128 attributes, events and links per span by
+/// default. A 5 MiB body of one span with a million attributes held ~420 MiB resident under
+/// attack: its lists grow by doubling, and the allocator keeps what they free for a while.
+pub const MAX_ITEMS_PER_MESSAGE: usize = 10_000;
 /// OTLP: log records in one logs export request (the OpenTelemetry SDKs send at most 512 by
 /// default).
 pub const MAX_LOG_RECORDS_PER_REQUEST: usize = 50_000;

@@ -11,7 +11,7 @@ use opentelemetry_proto::tonic::trace::v1::status::StatusCode;
 use serde_json::{Map, Value};
 
 use crate::ProtoError;
-use crate::limits::{MAX_SPANS_PER_REQUEST, MAX_VALUES_PER_REQUEST};
+use crate::limits::{MAX_ITEMS_PER_MESSAGE, MAX_SPANS_PER_REQUEST, MAX_VALUES_PER_REQUEST};
 
 /// Decodes an OTLP/JSON body.
 pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError> {
@@ -31,8 +31,9 @@ pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError>
     serde_json::from_value(v).map_err(bad)
 }
 
-/// The bound of [`crate::limits`] on spans, checked on the parsed JSON before it is converted
-/// into the (larger) OTLP structs; values were counted in the text already.
+/// The bounds of [`crate::limits`] on spans and on the items of one message, checked on the
+/// parsed JSON before it is converted into the (larger) OTLP structs; values were counted in
+/// the text already.
 fn check_counts(v: &Value) -> Result<(), ProtoError> {
     let mut spans = 0usize;
     let mut stack = vec![v];
@@ -42,6 +43,7 @@ fn check_counts(v: &Value) -> Result<(), ProtoError> {
                 if let Some(Value::Array(s)) = map.get("spans") {
                     spans += s.len();
                 }
+                check_items(map, &["spans"])?;
                 stack.extend(map.values());
             }
             Value::Array(items) => stack.extend(items),
@@ -54,6 +56,24 @@ fn check_counts(v: &Value) -> Result<(), ProtoError> {
         )));
     }
     Ok(())
+}
+
+/// The bound on the items one message holds in its lists ([`MAX_ITEMS_PER_MESSAGE`]), for an
+/// object of a parsed OTLP/JSON body: its arrays together, but for those under `exempt` (spans
+/// or log records, which have bounds of their own).
+pub(super) fn check_items(object: &Map<String, Value>, exempt: &[&str]) -> Result<(), ProtoError> {
+    let items: usize = object
+        .iter()
+        .filter(|(key, _)| !exempt.contains(&key.as_str()))
+        .filter_map(|(_, value)| value.as_array().map(Vec::len))
+        .sum();
+    if items <= MAX_ITEMS_PER_MESSAGE {
+        return Ok(());
+    }
+    Err(ProtoError::invalid(format!(
+        "one object of the request holds more than {MAX_ITEMS_PER_MESSAGE} attributes, events, \
+         links or values in its lists: send them in smaller parts"
+    )))
 }
 
 pub(super) fn too_many_values() -> ProtoError {

@@ -128,7 +128,7 @@ pub fn decode_json(body: &[u8]) -> Result<ExportLogsServiceRequest, ProtoError> 
     if !v.is_object() {
         return Err(ProtoError::invalid("invalid OTLP/JSON body: expected an object"));
     }
-    let records = count_json_records(&v);
+    let records = count_json_records(&v)?;
     if records > MAX_LOG_RECORDS_PER_REQUEST {
         return Err(ProtoError::invalid(format!(
             "the request has more than {MAX_LOG_RECORDS_PER_REQUEST} log records: send fewer \
@@ -139,8 +139,9 @@ pub fn decode_json(body: &[u8]) -> Result<ExportLogsServiceRequest, ProtoError> 
     serde_json::from_value(v).map_err(bad)
 }
 
-/// The log records of a parsed OTLP/JSON body, under either field-name style.
-fn count_json_records(v: &Value) -> usize {
+/// The log records of a parsed OTLP/JSON body, under either field-name style; refused if one
+/// message holds more items than [`crate::limits::MAX_ITEMS_PER_MESSAGE`].
+fn count_json_records(v: &Value) -> Result<usize, ProtoError> {
     let mut records = 0usize;
     let mut stack = vec![v];
     while let Some(v) = stack.pop() {
@@ -151,13 +152,14 @@ fn count_json_records(v: &Value) -> usize {
                         records += r.len();
                     }
                 }
+                otlp_json::check_items(map, &["logRecords", "log_records"])?;
                 stack.extend(map.values());
             }
             Value::Array(items) => stack.extend(items),
             _ => {}
         }
     }
-    records
+    Ok(records)
 }
 
 // ---- conversion -------------------------------------------------------------------------------

@@ -425,6 +425,47 @@ fn a_key_of_thousands_of_segments_rejects_only_its_span() {
 }
 
 #[test]
+fn a_message_of_too_many_items_refuses_the_request_in_both_encodings() {
+    use crate::limits::MAX_ITEMS_PER_MESSAGE;
+    let many = |n: usize| -> Value {
+        (0..n).map(|i| attr(&format!("k{}", i % 7), json!(i))).collect::<Vec<_>>().into()
+    };
+    let (converted, _) = convert_both(&request(many(MAX_ITEMS_PER_MESSAGE), json!({})));
+    assert_eq!((converted.rejected, converted.parts.len()), (0, 1));
+    let req = request(many(MAX_ITEMS_PER_MESSAGE + 1), json!({}));
+    let body = serde_json::to_vec(&req).unwrap();
+    let err = decode_json(&body).unwrap_err().to_string();
+    assert!(err.contains("one object of the request holds more than 10000"), "{err}");
+    let mut half = request(many(MAX_ITEMS_PER_MESSAGE / 2), json!({}));
+    let mut pb = decode_json(&serde_json::to_vec(&half).unwrap()).unwrap();
+    let span = &mut pb.resource_spans[0].scope_spans[0].spans[0];
+    span.attributes.extend(span.attributes.clone());
+    span.attributes.push(span.attributes[0].clone());
+    let err = decode_protobuf(&pb.encode_to_vec()).unwrap_err().to_string();
+    assert!(err.contains("one Span of the request holds more than 10000"), "{err}");
+    // A span's lists count together, in both encodings.
+    half["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["events"] = vec![
+        json!({"name": "e", "timeUnixNano": "1763700000000000000"});
+        MAX_ITEMS_PER_MESSAGE / 2
+    ]
+    .into();
+    let (converted, _) = convert_both(&half);
+    assert_eq!(converted.parts.len(), 1);
+    half["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["links"] = vec![json!({
+        "traceId": "5b8efff798038103d269b633813fc60c", "spanId": "eee19b7ec3c1b174"})]
+    .into();
+    let err = decode_json(&serde_json::to_vec(&half).unwrap()).unwrap_err().to_string();
+    assert!(err.contains("more than 10000"), "{err}");
+    let mut pb =
+        decode_json(&serde_json::to_vec(&request(attrs(&[]), json!({}))).unwrap()).unwrap();
+    let span = &mut pb.resource_spans[0].scope_spans[0].spans[0];
+    span.events = vec![Default::default(); MAX_ITEMS_PER_MESSAGE / 2];
+    span.links = vec![Default::default(); MAX_ITEMS_PER_MESSAGE / 2 + 1];
+    let err = decode_protobuf(&pb.encode_to_vec()).unwrap_err().to_string();
+    assert!(err.contains("one Span of the request holds more than 10000"), "{err}");
+}
+
+#[test]
 fn event_and_resource_keys_are_bounded_too() {
     let key = vec!["e"; 100].join(".");
     let event = json!({"events": [{"name": "x", "timeUnixNano": "1763700000000000000",

@@ -16,7 +16,10 @@ use std::borrow::Cow;
 use prost::encoding::{WireType, decode_key, decode_varint};
 
 use crate::ProtoError;
-use crate::limits::{MAX_LOG_RECORDS_PER_REQUEST, MAX_SPANS_PER_REQUEST, MAX_VALUES_PER_REQUEST};
+use crate::limits::{
+    MAX_ITEMS_PER_MESSAGE, MAX_LOG_RECORDS_PER_REQUEST, MAX_SPANS_PER_REQUEST,
+    MAX_VALUES_PER_REQUEST,
+};
 
 /// prost's own nesting limit, which the in-place reading keeps too: deeper input fails to
 /// decode anyway.
@@ -154,6 +157,23 @@ fn child(parent: Msg, tag: u32) -> Option<Msg> {
     })
 }
 
+/// Whether field `tag` of `parent` (a nested message, [`child`]) is a repeated field: a list
+/// entry, not a message's one resource, scope, status or value.
+fn repeated(parent: Msg, tag: u32) -> bool {
+    use Msg::*;
+    !matches!(
+        (parent, tag),
+        (ResourceSpans, 1)
+            | (ScopeSpans, 1)
+            | (Span, 15)
+            | (KeyValue, 2)
+            | (AnyValue, 5 | 6)
+            | (ResourceLogs, 1)
+            | (ScopeLogs, 1)
+            | (LogRecord, 5)
+    )
+}
+
 /// What a request holds.
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct Counts {
@@ -181,14 +201,15 @@ pub fn count_logs(body: &[u8]) -> Result<Counts, ProtoError> {
 fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
     let items = if root == Msg::LogsRequest { "log records" } else { "spans" };
     let mut counts = Counts::default();
-    // (message type, bytes left of it), innermost last; the body itself is the outermost.
-    let mut stack: Vec<(Msg, &[u8])> = vec![(root, body)];
-    'messages: while let Some((msg, mut buf)) = stack.pop() {
+    // (message type, bytes left of it, nested messages met in it so far), innermost last; the
+    // body itself is the outermost.
+    let mut stack: Vec<(Msg, &[u8], usize)> = vec![(root, body, 0)];
+    'messages: while let Some((msg, mut buf, mut held)) = stack.pop() {
         // The fields of `msg`, up to its first nested message of interest.
         while !buf.is_empty() {
-            let (m, field) = match next_field(&mut buf).map_err(malformed)? {
+            let (tag, m, field) = match next_field(&mut buf).map_err(malformed)? {
                 (tag, Field::Bytes(field)) => match child(msg, tag) {
-                    Some(m) => (m, field),
+                    Some(m) => (tag, m, field),
                     None => continue,
                 },
                 _ => continue,
@@ -196,7 +217,23 @@ fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
             match m {
                 Msg::Span => counts.spans += 1,
                 Msg::LogRecord => counts.log_records += 1,
-                _ => counts.values += 1,
+                _ => {
+                    counts.values += 1;
+                    // Each repeated field decodes into a list grown by doubling, on whichever
+                    // thread decodes it: past a few thousand entries only a bomb has that many,
+                    // and its growth is memory the allocator keeps resident for a while.
+                    held += usize::from(repeated(msg, tag));
+                    if held > MAX_ITEMS_PER_MESSAGE {
+                        let holder = match msg {
+                            Msg::Request | Msg::LogsRequest => "the request".to_owned(),
+                            m => format!("one {m:?} of the request"),
+                        };
+                        return Err(ProtoError::invalid(format!(
+                            "{holder} holds more than {MAX_ITEMS_PER_MESSAGE} attributes, \
+                             events, links or values in its lists: send them in smaller parts"
+                        )));
+                    }
+                }
             }
             if counts.spans > MAX_SPANS_PER_REQUEST {
                 return Err(ProtoError::invalid(format!(
@@ -223,8 +260,8 @@ fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
             if m != Msg::Leaf {
                 // The rest of this message waits below its child, which is walked next: the
                 // stack holds at most one entry per level.
-                stack.push((msg, buf));
-                stack.push((m, field));
+                stack.push((msg, buf, held));
+                stack.push((m, field, 0));
                 continue 'messages;
             }
         }
@@ -321,6 +358,39 @@ mod tests {
         body.extend(rs);
         let err = count(&body).unwrap_err();
         assert!(err.to_string().contains("more than 50000 spans"), "{err}");
+    }
+
+    #[test]
+    fn one_message_holds_a_bounded_number_of_items() {
+        // Attributes `a` without a value (field 9 of a span): five bytes each.
+        let span = |attributes: usize| {
+            let mut body = Vec::new();
+            for _ in 0..attributes {
+                body.extend_from_slice(&[0x4a, 0x03, 0x0a, 0x01, b'a']);
+            }
+            body
+        };
+        let wrap = |tag: u8, inner: Vec<u8>| {
+            let mut out = vec![tag];
+            prost::encoding::encode_varint(inner.len() as u64, &mut out);
+            out.extend(inner);
+            out
+        };
+        let body = |n| wrap(0x0a, wrap(0x12, wrap(0x12, span(n))));
+        assert_eq!(count(&body(MAX_ITEMS_PER_MESSAGE)).unwrap().spans, 1);
+        let err = count(&body(MAX_ITEMS_PER_MESSAGE + 1)).unwrap_err().to_string();
+        assert!(err.contains("one Span of the request holds more than 10000"), "{err}");
+        // Spread over spans, as many attributes are fine.
+        let spans: Vec<u8> = (0..4).flat_map(|_| wrap(0x12, span(MAX_ITEMS_PER_MESSAGE))).collect();
+        assert_eq!(count(&wrap(0x0a, wrap(0x12, spans))).unwrap().spans, 4);
+        // A list value counts its elements the same way.
+        let list: Vec<u8> = [0x0a, 0x00].repeat(MAX_ITEMS_PER_MESSAGE + 1);
+        let value = wrap(0x2a, list); // AnyValue.array_value
+        let attribute = wrap(0x12, value); // KeyValue.value
+        let err = count(&wrap(0x0a, wrap(0x12, wrap(0x12, wrap(0x4a, attribute)))))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("one ArrayValue of the request"), "{err}");
     }
 
     #[test]
