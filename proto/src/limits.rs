@@ -24,9 +24,10 @@ pub const MAX_SPANS_PER_REQUEST: usize = 50_000;
 pub const MAX_VALUES_PER_REQUEST: usize = 1_000_000;
 /// OTLP: the most attributes, events, links and list values in the lists of one message of an
 /// export request, together (a span, an event, a resource, an array...); a scope's spans and
-/// log records have their own bounds. OpenTelemetry SDKs keep 128 attributes, events and links per span by
-/// default. A 5 MiB body of one span with a million attributes held ~420 MiB resident under
-/// attack: its lists grow by doubling, and the allocator keeps what they free for a while.
+/// log records have their own bounds. OpenTelemetry SDKs keep 128 attributes, events and links
+/// per span by default. A 5 MiB body of one span with a million attributes held ~420 MiB
+/// resident under attack: its lists grow by doubling, and the allocator keeps what they free
+/// for a while.
 pub const MAX_ITEMS_PER_MESSAGE: usize = 10_000;
 /// OTLP: log records in one logs export request (the OpenTelemetry SDKs send at most 512 by
 /// default).
