@@ -3,8 +3,8 @@
 //! For `--hostile-secs`, `--concurrency` senders per attack repeat requests that once crashed or
 //! ballooned heddle (bodies that decode into many times their size, gzip bombs, OTLP bodies of
 //! empty spans, of a span with a million attributes and of dotted-key bombs, refs and expansion
-//! that copy one large value many times), while one well-behaved client writes a small call and reads `/health` every 50 ms.
-//! The server's resident memory is sampled every 20 ms. Reported: the peak (and the kernel's
+//! that copy one large value many times), while one well-behaved client writes a small call and
+//! reads `/health` every 50 ms. The server's resident memory is sampled every 20 ms. Reported: the peak (and the kernel's
 //! high-water mark), the answers per attack, and the well-behaved client's latencies and
 //! failures. With `--baseline-bin` the same run is repeated against a second binary (e.g. the
 //! previous commit's build), so the two columns come from one invocation on one machine.

@@ -1,11 +1,12 @@
-//! Counting an OTLP/protobuf trace (or logs) request before decoding it. A message that is empty on the
-//! wire (two bytes) decodes into a struct of 60–300 bytes, so a 32 MiB body of empty spans or
-//! attributes would decode into gigabytes. This pass walks the wire format without allocating,
-//! counts spans and nested values, and refuses the request when they exceed the bounds of
-//! [`crate::limits`] — before anything is built.
+//! Counting an OTLP/protobuf trace (or logs) request before decoding it. A message that is
+//! empty on the wire (two bytes) decodes into a struct of 60–300 bytes, so a 32 MiB body of
+//! empty spans or attributes would decode into gigabytes. This pass walks the wire format
+//! without allocating, counts spans and nested values (in the request, and in each message's
+//! lists), and refuses the request when they exceed the bounds of [`crate::limits`] — before
+//! anything is built.
 //!
-//! Only the fields that hold nested messages are followed (the trace and logs schemas'); everything else
-//! is skipped by its wire type. Whatever the decoder would reject as malformed is left for it to
+//! Only the fields that hold nested messages are followed (the trace and logs schemas');
+//! everything else is skipped by its wire type. Whatever the decoder would reject as malformed is left for it to
 //! report: this pass only fails on counts, or on input too broken to walk.
 //!
 //! [`next_field`], which splits a message into its fields, is also how a trace request is read
