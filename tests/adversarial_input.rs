@@ -177,6 +177,32 @@ async fn a_span_of_a_million_attributes_is_refused_before_decoding() {
     assert_small(&server, before, 100);
 }
 
+/// Twelve million numbers in one array of an OTLP/JSON body (24 MB): parsed, they were a vector
+/// grown by doubling to ~400 MB, and the process held 1.6 GB afterwards. No OTLP list is longer
+/// than a request's spans may be, so the text is refused before it is parsed; and an OTLP/JSON
+/// body is charged by its values, as every JSON body is.
+#[tokio::test]
+async fn an_otlp_json_body_of_one_long_array_is_refused_before_parsing() {
+    let server = Server::start();
+    let api = server.admin();
+    let before = server.memory_kib("VmRSS");
+    let zeros = |n: usize| format!(r#"{{"resourceSpans":[],"x":[{}0]}}"#, "0,".repeat(n - 1));
+    let header = [("project_id", "adv/json"), ("content-type", "application/json")];
+    // Past the values any JSON body may hold, refused as it is charged.
+    for _ in 0..3 {
+        let body = zeros(12_000_000).into_bytes();
+        let reason = api.post_headers("/otel/v1/traces", &header, body).await.err(400);
+        assert!(reason.contains("more than 4000000 JSON values"), "{reason}");
+    }
+    // Within them, refused for the one list.
+    for path in ["/otel/v1/traces", "/otel/v1/logs"] {
+        let reason = api.post_headers(path, &header, zeros(3_000_000).into_bytes()).await.err(400);
+        assert!(reason.contains("more than 50000 items"), "{reason}");
+    }
+    healthy(&api).await;
+    assert_small(&server, before, 150);
+}
+
 /// Sends `body` as the (already encoded) message of an OTLP/gRPC export; returns its status.
 async fn grpc_raw(server: &Server, body: Vec<u8>, gzip: bool) -> tonic::Status {
     let mut client = TraceServiceClient::connect(server.grpc_url.clone())

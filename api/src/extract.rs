@@ -303,20 +303,7 @@ impl FromRequest<Arc<AppState>> for JsonBody {
             return Ok(JsonBody { bytes: body.bytes, admitted: None });
         }
         let (bytes, admitted) = admit_and_decode(state, body).await?;
-        // Charged by its shape before it is parsed: what a body parses into depends on how
-        // many objects and arrays it holds more than on its bytes.
-        let (bytes, shape) = blocking(move || {
-            let shape = json_shape(&bytes, MAX_JSON_DEPTH);
-            if shape.values > MAX_JSON_VALUES {
-                return Err(ApiError::bad_request(format!(
-                    "the body holds more than {MAX_JSON_VALUES} JSON values"
-                )));
-            }
-            Ok((bytes, shape))
-        })
-        .await?;
-        let cost = bytes.len() * 2 + shape.values * VALUE_COST;
-        let admitted = state.memory_budget.admit(cost, admitted).await?;
+        let (bytes, admitted) = admit_json_shape(state, bytes, admitted).await?;
         // Held until the handler answers (what is parsed lives that long), where the server
         // provides a slot; else until the body is parsed.
         match slot {
@@ -348,6 +335,29 @@ impl JsonBody {
 
 /// Decompresses a body within the memory budget (`crate::budget`), on the blocking pool; the
 /// admission covers parsing what comes out, and is held until the caller drops it.
+/// Charges a JSON body by its shape before it is parsed (the body's bytes twice, and
+/// [`VALUE_COST`] for each value): what a body parses into depends on how many values it holds
+/// more than on its bytes. Counted on the blocking pool; a body of more than
+/// [`MAX_JSON_VALUES`] values is refused.
+pub async fn admit_json_shape(
+    state: &AppState,
+    bytes: Bytes,
+    admitted: Option<Admitted>,
+) -> Result<(Bytes, Admitted), ApiError> {
+    let (bytes, shape) = blocking(move || {
+        let shape = json_shape(&bytes, MAX_JSON_DEPTH);
+        if shape.values > MAX_JSON_VALUES {
+            return Err(ApiError::bad_request(format!(
+                "the body holds more than {MAX_JSON_VALUES} JSON values"
+            )));
+        }
+        Ok((bytes, shape))
+    })
+    .await?;
+    let cost = bytes.len() * 2 + shape.values * VALUE_COST;
+    Ok((bytes, state.memory_budget.admit(cost, admitted).await?))
+}
+
 pub async fn admit_and_decode(
     state: &AppState,
     body: EncodedBody,

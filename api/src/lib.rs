@@ -12,7 +12,8 @@ pub use auth::{Auth, Principal};
 pub use budget::MemoryBudget;
 pub use error::ApiError;
 pub use extract::{
-    EncodedBody, Encoding, Json, JsonBody, RawBody, admit_and_decode, blocking, parse,
+    EncodedBody, Encoding, Json, JsonBody, RawBody, admit_and_decode, admit_json_shape, blocking,
+    parse,
 };
 pub use settings::{IngestMetrics, SettingsCache};
 pub use state::{AppState, BodyLimits};

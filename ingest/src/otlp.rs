@@ -13,8 +13,10 @@ use axum::http::{HeaderMap, HeaderValue};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Extension, Router};
+use bytes::Bytes;
+use heddle_api::budget::{Admitted, UNCHARGED_BYTES};
 use heddle_api::settings::{WriteSettings, prepare};
-use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
+use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode, admit_json_shape};
 use heddle_proto::calls::CallPart;
 use heddle_proto::otlp::{self, op};
 use heddle_proto::{ProjectId, ProtoError};
@@ -57,6 +59,22 @@ impl Format {
                 "Content-Type {ct:?} is not OTLP: send application/x-protobuf or application/json"
             ))),
         }
+    }
+
+    /// Admits an export body against the memory budget and inflates it (`admit_and_decode`);
+    /// a JSON body over [`UNCHARGED_BYTES`] is then charged by its shape, as every JSON body is
+    /// (`admit_json_shape`): a body of small values parses into many times its bytes.
+    pub(crate) async fn admit(
+        self,
+        state: &AppState,
+        body: EncodedBody,
+    ) -> Result<(Bytes, Option<Admitted>), ApiError> {
+        let (bytes, admitted) = admit_and_decode(state, body).await?;
+        if self == Format::Protobuf || (bytes.len() <= UNCHARGED_BYTES && admitted.is_none()) {
+            return Ok((bytes, admitted));
+        }
+        let (bytes, admitted) = admit_json_shape(state, bytes, admitted).await?;
+        Ok((bytes, Some(admitted)))
     }
 
     /// Decodes a trace export body and converts its spans, each call to `each` (see
@@ -259,7 +277,7 @@ async fn export_http(
     let format = Format::from_headers(&headers)?;
     let project = header_project(&headers)?;
     // Held until the spans are converted and written: decoding is where a body grows.
-    let (bytes, _admitted) = admit_and_decode(&ingest.state, body).await?;
+    let (bytes, _admitted) = format.admit(&ingest.state, body).await?;
     let convert = move |project: Option<&ProjectId>, user: Option<&str>, each: Each| {
         format.convert(&bytes, project, user, each)
     };

@@ -12,7 +12,7 @@ use axum::response::Response;
 use axum::routing::post;
 use axum::{Extension, Router};
 use heddle_api::settings::prepare;
-use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode};
+use heddle_api::{ApiError, AppState, EncodedBody, Principal};
 use heddle_proto::otlp::logs;
 use heddle_proto::{ProjectId, ProtoError};
 use opentelemetry_proto::tonic::collector::logs::v1::{
@@ -63,7 +63,7 @@ async fn export_http(
     let format = Format::from_headers(&headers)?;
     let project = header_project(&headers)?;
     // Held until the records are converted and written: decoding is where a body grows.
-    let (bytes, _admitted) = admit_and_decode(ingest.state(), body).await?;
+    let (bytes, _admitted) = format.admit(ingest.state(), body).await?;
     let decode = move || match format {
         Format::Protobuf => logs::decode_protobuf(&bytes),
         Format::Json => logs::decode_json(&bytes),

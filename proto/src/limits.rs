@@ -104,21 +104,31 @@ pub fn check_written_depth(what: &str, text: &str) -> Result<(), ProtoError> {
 }
 
 /// What JSON text will parse into: its deepest nesting, how many objects and arrays it holds,
-/// and about how many values in all (objects, arrays and scalars: one more per comma). Found in
-/// one pass over the bytes, before any parsing; meaningful for well-formed text only (the
-/// caller parses it afterwards).
+/// about how many values in all (objects, arrays and scalars: one more per comma), and the most
+/// items of one array or members of one object. Found in one pass over the bytes, before any
+/// parsing; meaningful for well-formed text only (the caller parses it afterwards).
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
 pub struct JsonShape {
     pub depth: usize,
     pub containers: usize,
     pub values: usize,
+    /// Each array or object parses into one vector grown by doubling.
+    pub widest: usize,
 }
 
 /// The [`JsonShape`] of `text`; counting stops once the depth passes `stop_at`.
 pub fn json_shape(text: &[u8], stop_at: usize) -> JsonShape {
     let mut shape = JsonShape::default();
-    // Open containers (`[` or `{`), innermost last: whether a string is a key or a value.
-    let mut open: Vec<u8> = Vec::new();
+    // Open containers (`[` or `{`) and the items or members met in each so far, innermost last:
+    // whether a string is a key or a value.
+    let mut open: Vec<(u8, usize)> = Vec::new();
+    // One more item of the innermost array, or member of the innermost object.
+    let item = |open: &mut Vec<(u8, usize)>, shape: &mut JsonShape| {
+        if let Some((_, n)) = open.last_mut() {
+            *n += 1;
+            shape.widest = shape.widest.max(*n);
+        }
+    };
     // The last byte outside strings and whitespace; the top level reads as after a comma.
     let mut prev = b',';
     let mut i = 0;
@@ -128,8 +138,12 @@ pub fn json_shape(text: &[u8], stop_at: usize) -> JsonShape {
         match b {
             b' ' | b'\n' | b'\r' | b'\t' => continue,
             b'"' => {
-                let key = open.last() == Some(&b'{') && matches!(prev, b'{' | b',');
+                let in_object = open.last().is_some_and(|(c, _)| *c == b'{');
+                let key = in_object && matches!(prev, b'{' | b',');
                 shape.values += usize::from(!key);
+                if key || !in_object {
+                    item(&mut open, &mut shape);
+                }
                 // Through the string: its bytes are most of the text, so they are skipped a run
                 // at a time, up to the closing quote or an escape (whose next byte is skipped).
                 loop {
@@ -145,7 +159,10 @@ pub fn json_shape(text: &[u8], stop_at: usize) -> JsonShape {
                 }
             }
             b'[' | b'{' => {
-                open.push(b);
+                if open.last().is_some_and(|(c, _)| *c == b'[') {
+                    item(&mut open, &mut shape);
+                }
+                open.push((b, 0));
                 shape.containers += 1;
                 shape.values += 1;
                 shape.depth = shape.depth.max(open.len());
@@ -158,7 +175,12 @@ pub fn json_shape(text: &[u8], stop_at: usize) -> JsonShape {
             }
             b',' | b':' => {}
             // The first byte of a number, `true`, `false` or `null`.
-            _ if matches!(prev, b'[' | b',' | b':') => shape.values += 1,
+            _ if matches!(prev, b'[' | b',' | b':') => {
+                shape.values += 1;
+                if open.last().is_some_and(|(c, _)| *c == b'[') {
+                    item(&mut open, &mut shape);
+                }
+            }
             _ => {}
         }
         prev = b;
@@ -253,10 +275,19 @@ mod tests {
     #[test]
     fn shape_counts_values_outside_strings() {
         let shape = json_shape(br#"{"a": [1, 2, {"b": "x,[{\"", "d": null}], "c": {}}"#, 10);
-        assert_eq!(shape, JsonShape { depth: 3, containers: 4, values: 8 });
+        assert_eq!(shape, JsonShape { depth: 3, containers: 4, values: 8, widest: 3 });
         assert_eq!(json_shape(b"[[],[],[]]", 10).values, 4);
         assert_eq!(json_shape(b" -1.5e3 ", 10).values, 1);
         assert_eq!(json_shape(b"[]", 10).values, 1);
+        for (text, widest) in [
+            (&br#"[]"#[..], 0),
+            (br#"[1, "a", [], {}, null]"#, 5),
+            (br#"{"a": 1, "b": [1, 2, 3], "c": {"d": "x,y"}}"#, 3),
+            (br#"{"a": [[1, 2], [3, 4, 5, 6]], "b": {}}"#, 4),
+            (br#"["{\"a\": [1, 2, 3, 4, 5, 6]}", -1.5e3]"#, 2),
+        ] {
+            assert_eq!(json_shape(text, 10).widest, widest, "{}", String::from_utf8_lossy(text));
+        }
     }
 
     #[test]

@@ -16,12 +16,7 @@ use crate::limits::{MAX_ITEMS_PER_MESSAGE, MAX_SPANS_PER_REQUEST, MAX_VALUES_PER
 /// Decodes an OTLP/JSON body.
 pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError> {
     let bad = |e: serde_json::Error| ProtoError::invalid(format!("invalid OTLP/JSON body: {e}"));
-    // Counted in the text first: parsing itself is where empty objects grow 30-fold.
-    if crate::limits::json_shape(body, crate::limits::MAX_JSON_DEPTH).containers
-        > MAX_VALUES_PER_REQUEST
-    {
-        return Err(too_many_values());
-    }
+    check_shape(body)?;
     let mut v: Value = serde_json::from_slice(body).map_err(bad)?;
     if !v.is_object() {
         return Err(ProtoError::invalid("invalid OTLP/JSON body: expected an object"));
@@ -29,6 +24,25 @@ pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError>
     check_counts(&v)?;
     canonicalise(&mut v, "");
     serde_json::from_value(v).map_err(bad)
+}
+
+/// The bounds an OTLP/JSON body is held to in its text, before it is parsed: parsing itself is
+/// where empty objects grow 30-fold, and where one array of a million numbers grows by doubling
+/// into tens of megabytes (docs/limits.md, "OpenTelemetry"). No list of OTLP is longer than a
+/// request's spans or log records may be.
+pub(super) fn check_shape(body: &[u8]) -> Result<(), ProtoError> {
+    let shape = crate::limits::json_shape(body, crate::limits::MAX_JSON_DEPTH);
+    if shape.containers > MAX_VALUES_PER_REQUEST {
+        return Err(too_many_values());
+    }
+    let longest = MAX_SPANS_PER_REQUEST.max(crate::limits::MAX_LOG_RECORDS_PER_REQUEST);
+    if shape.widest > longest {
+        return Err(ProtoError::invalid(format!(
+            "one array or object of the request holds more than {longest} items: no list of \
+             OTLP is that long"
+        )));
+    }
+    Ok(())
 }
 
 /// The bounds of [`crate::limits`] on spans and on the items of one message, checked on the

@@ -466,6 +466,21 @@ fn a_message_of_too_many_items_refuses_the_request_in_both_encodings() {
 }
 
 #[test]
+fn a_json_list_longer_than_any_otlp_list_is_refused_before_parsing() {
+    // 12 bytes of text per item, ~32 once parsed, in one vector grown by doubling.
+    let zeros = |n: usize| format!(r#"{{"resourceSpans":[],"x":[{}0]}}"#, "0,".repeat(n - 1));
+    let err = decode_json(zeros(50_001).as_bytes()).unwrap_err().to_string();
+    assert!(err.contains("more than 50000 items"), "{err}");
+    let err = logs::decode_json(zeros(50_001).as_bytes()).unwrap_err().to_string();
+    assert!(err.contains("more than 50000 items"), "{err}");
+    // Within it, the list is parsed and then held to one message's bound; an unknown field
+    // within that is ignored.
+    let err = decode_json(zeros(50_000).as_bytes()).unwrap_err().to_string();
+    assert!(err.contains("more than 10000"), "{err}");
+    assert!(decode_json(zeros(10_000).as_bytes()).unwrap().resource_spans.is_empty());
+}
+
+#[test]
 fn event_and_resource_keys_are_bounded_too() {
     let key = vec!["e"; 100].join(".");
     let event = json!({"events": [{"name": "x", "timeUnixNano": "1763700000000000000",
