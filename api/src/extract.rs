@@ -333,8 +333,6 @@ impl JsonBody {
     }
 }
 
-/// Decompresses a body within the memory budget (`crate::budget`), on the blocking pool; the
-/// admission covers parsing what comes out, and is held until the caller drops it.
 /// Charges a JSON body by its shape before it is parsed (the body's bytes twice, and
 /// [`VALUE_COST`] for each value): what a body parses into depends on how many values it holds
 /// more than on its bytes. Counted on the blocking pool; a body of more than
@@ -358,6 +356,8 @@ pub async fn admit_json_shape(
     Ok((bytes, state.memory_budget.admit(cost, admitted).await?))
 }
 
+/// Decompresses a body within the memory budget (`crate::budget`), on the blocking pool; the
+/// admission covers parsing what comes out, and is held until the caller drops it.
 pub async fn admit_and_decode(
     state: &AppState,
     body: EncodedBody,
