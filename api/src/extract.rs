@@ -22,7 +22,7 @@ use serde::de::DeserializeOwned;
 
 use crate::budget::{AdmissionSlot, Admitted, MemoryBudget, UNCHARGED_BYTES, VALUE_COST};
 use crate::{ApiError, AppState};
-use heddle_proto::limits::{MAX_JSON_DEPTH, MAX_JSON_VALUES, json_shape};
+use heddle_proto::limits::{JsonShape, MAX_JSON_DEPTH, MAX_JSON_VALUES, json_shape};
 
 /// How much of an oversized body is read and discarded so the client gets its 413 cleanly.
 const DRAIN_BYTES: usize = 64 * 1024 * 1024;
@@ -303,7 +303,7 @@ impl FromRequest<Arc<AppState>> for JsonBody {
             return Ok(JsonBody { bytes: body.bytes, admitted: None });
         }
         let (bytes, admitted) = admit_and_decode(state, body).await?;
-        let (bytes, admitted) = admit_json_shape(state, bytes, admitted).await?;
+        let (bytes, admitted) = admit_json_shape(state, bytes, admitted, |_| Ok(())).await?;
         // Held until the handler answers (what is parsed lives that long), where the server
         // provides a slot; else until the body is parsed.
         match slot {
@@ -336,11 +336,13 @@ impl JsonBody {
 /// Charges a JSON body by its shape before it is parsed (the body's bytes twice, and
 /// [`VALUE_COST`] for each value): what a body parses into depends on how many values it holds
 /// more than on its bytes. Counted on the blocking pool; a body of more than
-/// [`MAX_JSON_VALUES`] values is refused.
+/// [`MAX_JSON_VALUES`] values, or one whose shape `refuse` refuses (an endpoint's own bounds),
+/// is refused before it is charged.
 pub async fn admit_json_shape(
     state: &AppState,
     bytes: Bytes,
     admitted: Option<Admitted>,
+    refuse: impl FnOnce(&JsonShape) -> Result<(), ApiError> + Send + 'static,
 ) -> Result<(Bytes, Admitted), ApiError> {
     let (bytes, shape) = blocking(move || {
         let shape = json_shape(&bytes, MAX_JSON_DEPTH);
@@ -349,6 +351,7 @@ pub async fn admit_json_shape(
                 "the body holds more than {MAX_JSON_VALUES} JSON values"
             )));
         }
+        refuse(&shape)?;
         Ok((bytes, shape))
     })
     .await?;

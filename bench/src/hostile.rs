@@ -2,8 +2,8 @@
 //!
 //! For `--hostile-secs`, `--concurrency` senders per attack repeat requests that once crashed or
 //! ballooned heddle (bodies that decode into many times their size, gzip bombs, OTLP bodies of
-//! empty spans, of a span with a million attributes and of dotted-key bombs, refs and expansion
-//! that copy one large value many times), while one well-behaved client writes a small call and
+//! empty spans, of a span with a million attributes and of dotted-key bombs, OTLP/JSON of one
+//! long array, refs and expansion that copy one large value many times), while one well-behaved client writes a small call and
 //! reads `/health` every 50 ms. The server's resident memory is sampled every 20 ms. Reported: the peak (and the kernel's
 //! high-water mark), the answers per attack, and the well-behaved client's latencies and
 //! failures. With `--baseline-bin` the same run is repeated against a second binary (e.g. the
@@ -158,6 +158,18 @@ fn attacks(project: &str, refs: &[String]) -> Vec<Attack> {
             path: "/otel/v1/traces".into(),
             headers: otlp.clone(),
             body: wrap(0x0a, wrap(0x12, wrap(0x12, attributes))).into(),
+        },
+        Attack {
+            name: "OTLP/JSON: one array of 3M numbers (6 MiB)",
+            path: "/otel/v1/traces".into(),
+            headers: vec![
+                ("content-type", "application/json".to_owned()),
+                ("project_id", project.to_owned()),
+            ],
+            // An unknown field, which OTLP/JSON would otherwise drop once parsed.
+            body: format!(r#"{{"resourceSpans":[],"x":[{}0]}}"#, "0,".repeat(3_000_000))
+                .into_bytes()
+                .into(),
         },
         Attack {
             name: "OTLP: 10,000-segment attribute key",

@@ -62,8 +62,9 @@ impl Format {
     }
 
     /// Admits an export body against the memory budget and inflates it (`admit_and_decode`);
-    /// a JSON body over [`UNCHARGED_BYTES`] is then charged by its shape, as every JSON body is
-    /// (`admit_json_shape`): a body of small values parses into many times its bytes.
+    /// a JSON body over [`UNCHARGED_BYTES`] is then held to OTLP's bounds on its shape and
+    /// charged by it, as every JSON body is (`admit_json_shape`): a body of small values parses
+    /// into many times its bytes.
     pub(crate) async fn admit(
         self,
         state: &AppState,
@@ -73,7 +74,9 @@ impl Format {
         if self == Format::Protobuf || (bytes.len() <= UNCHARGED_BYTES && admitted.is_none()) {
             return Ok((bytes, admitted));
         }
-        let (bytes, admitted) = admit_json_shape(state, bytes, admitted).await?;
+        // OTLP's own bounds on the shape first, so that a body they refuse takes no room.
+        let refuse = |shape: &_| otlp::check_json_shape(shape).map_err(ApiError::from);
+        let (bytes, admitted) = admit_json_shape(state, bytes, admitted, refuse).await?;
         Ok((bytes, Some(admitted)))
     }
 

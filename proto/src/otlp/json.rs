@@ -31,7 +31,12 @@ pub fn decode_json(body: &[u8]) -> Result<ExportTraceServiceRequest, ProtoError>
 /// into tens of megabytes (docs/limits.md, "OpenTelemetry"). No list of OTLP is longer than a
 /// request's spans or log records may be.
 pub(super) fn check_shape(body: &[u8]) -> Result<(), ProtoError> {
-    let shape = crate::limits::json_shape(body, crate::limits::MAX_JSON_DEPTH);
+    check_json_shape(&crate::limits::json_shape(body, crate::limits::MAX_JSON_DEPTH))
+}
+
+/// [`check_shape`] on a shape already counted: the ingest endpoints count it once to charge the
+/// body, and refuse it by these bounds before it takes any of the memory budget.
+pub fn check_json_shape(shape: &crate::limits::JsonShape) -> Result<(), ProtoError> {
     if shape.containers > MAX_VALUES_PER_REQUEST {
         return Err(too_many_values());
     }

@@ -25,7 +25,7 @@ use crate::ProtoError;
 use crate::calls::CallPart;
 use crate::limits;
 
-pub use json::decode_json;
+pub use json::{check_json_shape, decode_json};
 pub use request::{Request, Scope};
 
 /// Decodes an OTLP/protobuf body in place ([`request`]); one with more spans or values than
