@@ -50,26 +50,10 @@ pub fn check_json_shape(shape: &crate::limits::JsonShape) -> Result<(), ProtoErr
     Ok(())
 }
 
-/// The bounds of [`crate::limits`] on spans and on the items of one message, checked on the
-/// parsed JSON before it is converted into the (larger) OTLP structs; values were counted in
-/// the text already.
+/// The bound of [`crate::limits`] on spans, checked on the parsed JSON before it is converted
+/// into the (larger) OTLP structs; values were counted in the text already.
 fn check_counts(v: &Value) -> Result<(), ProtoError> {
-    let mut spans = 0usize;
-    let mut stack = vec![v];
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Object(map) => {
-                if let Some(Value::Array(s)) = map.get("spans") {
-                    spans += s.len();
-                }
-                check_items(map, &["spans"])?;
-                stack.extend(map.values());
-            }
-            Value::Array(items) => stack.extend(items),
-            _ => {}
-        }
-    }
-    if spans > MAX_SPANS_PER_REQUEST {
+    if count_lists(v, &["spans"])? > MAX_SPANS_PER_REQUEST {
         return Err(ProtoError::invalid(format!(
             "the request has more than {MAX_SPANS_PER_REQUEST} spans: send fewer per request"
         )));
@@ -77,22 +61,38 @@ fn check_counts(v: &Value) -> Result<(), ProtoError> {
     Ok(())
 }
 
-/// The bound on the items one message holds in its lists ([`MAX_ITEMS_PER_MESSAGE`]), for an
-/// object of a parsed OTLP/JSON body: its arrays together, but for those under `exempt` (spans
-/// or log records, which have bounds of their own).
-pub(super) fn check_items(object: &Map<String, Value>, exempt: &[&str]) -> Result<(), ProtoError> {
-    let items: usize = object
-        .iter()
-        .filter(|(key, _)| !exempt.contains(&key.as_str()))
-        .filter_map(|(_, value)| value.as_array().map(Vec::len))
-        .sum();
-    if items <= MAX_ITEMS_PER_MESSAGE {
-        return Ok(());
+/// The items of the lists under `keys` (a request's spans, or its log records, under either
+/// field-name style) anywhere in a parsed OTLP/JSON body. Every object's other lists are held
+/// to the bound on one message's items ([`MAX_ITEMS_PER_MESSAGE`]), together.
+pub(super) fn count_lists(v: &Value, keys: &[&str]) -> Result<usize, ProtoError> {
+    let mut counted = 0usize;
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Object(map) => {
+                let mut items = 0usize;
+                for (key, value) in map {
+                    let Value::Array(list) = value else { continue };
+                    if keys.contains(&key.as_str()) {
+                        counted += list.len();
+                    } else {
+                        items += list.len();
+                    }
+                }
+                if items > MAX_ITEMS_PER_MESSAGE {
+                    return Err(ProtoError::invalid(format!(
+                        "one object of the request holds more than {MAX_ITEMS_PER_MESSAGE} \
+                         attributes, events, links or values in its lists: send them in \
+                         smaller parts"
+                    )));
+                }
+                stack.extend(map.values());
+            }
+            Value::Array(items) => stack.extend(items),
+            _ => {}
+        }
     }
-    Err(ProtoError::invalid(format!(
-        "one object of the request holds more than {MAX_ITEMS_PER_MESSAGE} attributes, events, \
-         links or values in its lists: send them in smaller parts"
-    )))
+    Ok(counted)
 }
 
 pub(super) fn too_many_values() -> ProtoError {

@@ -124,7 +124,7 @@ pub fn decode_json(body: &[u8]) -> Result<ExportLogsServiceRequest, ProtoError> 
     if !v.is_object() {
         return Err(ProtoError::invalid("invalid OTLP/JSON body: expected an object"));
     }
-    let records = count_json_records(&v)?;
+    let records = otlp_json::count_lists(&v, &["logRecords", "log_records"])?;
     if records > MAX_LOG_RECORDS_PER_REQUEST {
         return Err(ProtoError::invalid(format!(
             "the request has more than {MAX_LOG_RECORDS_PER_REQUEST} log records: send fewer \
@@ -133,29 +133,6 @@ pub fn decode_json(body: &[u8]) -> Result<ExportLogsServiceRequest, ProtoError> 
     }
     otlp_json::canonicalise(&mut v, "");
     serde_json::from_value(v).map_err(bad)
-}
-
-/// The log records of a parsed OTLP/JSON body, under either field-name style; refused if one
-/// message holds more items than [`crate::limits::MAX_ITEMS_PER_MESSAGE`].
-fn count_json_records(v: &Value) -> Result<usize, ProtoError> {
-    let mut records = 0usize;
-    let mut stack = vec![v];
-    while let Some(v) = stack.pop() {
-        match v {
-            Value::Object(map) => {
-                for key in ["logRecords", "log_records"] {
-                    if let Some(Value::Array(r)) = map.get(key) {
-                        records += r.len();
-                    }
-                }
-                otlp_json::check_items(map, &["logRecords", "log_records"])?;
-                stack.extend(map.values());
-            }
-            Value::Array(items) => stack.extend(items),
-            _ => {}
-        }
-    }
-    Ok(records)
 }
 
 // ---- conversion -------------------------------------------------------------------------------

@@ -6,8 +6,8 @@
 //! anything is built.
 //!
 //! Only the fields that hold nested messages are followed (the trace and logs schemas');
-//! everything else is skipped by its wire type. Whatever the decoder would reject as malformed is left for it to
-//! report: this pass only fails on counts, or on input too broken to walk.
+//! everything else is skipped by its wire type. Whatever the decoder would reject as malformed
+//! is left for it to report: this pass only fails on counts, or on input too broken to walk.
 //!
 //! [`next_field`], which splits a message into its fields, is also how a trace request is read
 //! in place (`super::request`).
