@@ -1,7 +1,7 @@
 //! Timestamps. Stored and compared as microseconds since the Unix epoch (what the SDK sends is
 //! microsecond precision); written back as RFC 3339 UTC with a `Z` offset.
 
-use chrono::{DateTime, Datelike, SecondsFormat, Timelike, Utc};
+use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::ProtoError;
@@ -38,24 +38,29 @@ impl Micros {
     }
 
     /// [`Micros::to_rfc3339`] appended to `out`, as chrono writes it. Years 0 to 9999 are
-    /// written here digit by digit, without a string of their own: an OTLP span's dump holds
-    /// two timestamps (docs/benchmarks.md, "Calls staged where they are made").
+    /// written here digit by digit, their date computed without chrono and without a string of
+    /// their own: an OTLP span's dump holds two timestamps (docs/benchmarks.md, "Calls staged
+    /// where they are made").
     pub fn write_rfc3339(self, out: &mut String) {
-        let Some(dt) = DateTime::<Utc>::from_timestamp_micros(self.0) else {
-            return out.push_str("1970-01-01T00:00:00.000000Z");
+        let (days, micros_of_day) =
+            (self.0.div_euclid(MICROS_PER_DAY), self.0.rem_euclid(MICROS_PER_DAY));
+        let (year, month, day) = civil_from_days(days);
+        let Ok(year @ 0..=9999) = u32::try_from(year) else {
+            return match DateTime::<Utc>::from_timestamp_micros(self.0) {
+                Some(dt) => out.push_str(&dt.to_rfc3339_opts(SecondsFormat::Micros, true)),
+                None => out.push_str("1970-01-01T00:00:00.000000Z"),
+            };
         };
-        let Ok(year @ 0..=9999) = u32::try_from(dt.year()) else {
-            return out.push_str(&dt.to_rfc3339_opts(SecondsFormat::Micros, true));
-        };
+        let seconds = (micros_of_day / 1_000_000) as u32;
         let mut text = *RFC3339;
         let fields = [
             (0..4, year),
-            (5..7, dt.month()),
-            (8..10, dt.day()),
-            (11..13, dt.hour()),
-            (14..16, dt.minute()),
-            (17..19, dt.second()),
-            (20..26, dt.timestamp_subsec_micros()),
+            (5..7, month),
+            (8..10, day),
+            (11..13, seconds / 3600),
+            (14..16, seconds / 60 % 60),
+            (17..19, seconds % 60),
+            (20..26, (micros_of_day % 1_000_000) as u32),
         ];
         for (at, mut n) in fields {
             for digit in text[at].iter_mut().rev() {
@@ -65,6 +70,26 @@ impl Micros {
         }
         out.push_str(std::str::from_utf8(&text).expect("digits and ASCII punctuation"));
     }
+}
+
+const MICROS_PER_DAY: i64 = 86_400 * 1_000_000;
+
+/// The proleptic Gregorian date of a day counted from 1970-01-01, by Howard Hinnant's
+/// `civil_from_days` (eras of 400 years, years starting in March so that the leap day is
+/// last). Exact for every `i64` day count a timestamp in microseconds can hold.
+fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let day_of_era = z.rem_euclid(146_097);
+    let year_of_era =
+        (day_of_era - day_of_era / 1460 + day_of_era / 36_524 - day_of_era / 146_096) / 365;
+    let day_of_year = day_of_era - (365 * year_of_era + year_of_era / 4 - year_of_era / 100);
+    let month_from_march = (5 * day_of_year + 2) / 153;
+    let day = (day_of_year - (153 * month_from_march + 2) / 5 + 1) as u32;
+    let month =
+        if month_from_march < 10 { month_from_march + 3 } else { month_from_march - 9 } as u32;
+    let year = year_of_era + era * 400 + i64::from(month <= 2);
+    (year, month, day)
 }
 
 impl Serialize for Micros {
