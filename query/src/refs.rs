@@ -9,14 +9,18 @@
 //! follows an embedded ref out of the project it started in (the reference server's rule too).
 
 use std::collections::{HashMap, HashSet, VecDeque};
+use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::Router;
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::header::CONTENT_TYPE;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use heddle_api::budget::{Admitted, MemoryBudget};
+use bytes::Bytes;
+use futures::StreamExt;
+use heddle_api::budget::{Admitted, MemoryBudget, UNCHARGED_BYTES};
 use heddle_api::{ApiError, AppState, Json, Principal};
 use heddle_proto::ProjectId;
 use heddle_proto::limits::MAX_RESOLVED_BYTES;
@@ -60,69 +64,98 @@ async fn read_batch(
         })
         .collect::<Result<Vec<ObjectRef>, ApiError>>()?;
     let mut walker = Walker::new(state.store.clone());
-    // Each distinct ref is resolved once; the answer is written as it is built, within
-    // MAX_RESOLVED_BYTES, so a thousand refs to one large object never hold a thousand copies.
-    let mut seen: HashMap<&str, Option<Arc<Value>>> = HashMap::new();
-    let mut body = ResolvedWriter::new(b"{\"vals\":[", state.memory_budget.clone());
-    for (i, (root, uri)) in roots.into_iter().zip(&req.refs).enumerate() {
-        let val = match seen.get(uri.as_str()) {
-            Some(v) => v.clone(),
-            None if who.may_use_entity(root.project.entity()) => walker.resolve(root).await?,
-            None => None,
+    let mut answer = Answer::new(state.memory_budget.clone());
+    // Each distinct ref is resolved and written once; its slots share that text.
+    let mut seen: HashMap<&str, Bytes> = HashMap::new();
+    for (root, uri) in roots.into_iter().zip(&req.refs) {
+        let text = match seen.get(uri.as_str()) {
+            Some(text) => text.clone(),
+            None => {
+                let val = if who.may_use_entity(root.project.entity()) {
+                    walker.resolve(root).await?
+                } else {
+                    None
+                };
+                let text = answer.write(val.as_deref().unwrap_or(&Value::Null)).await?;
+                seen.insert(uri, text.clone());
+                text
+            }
         };
-        if i > 0 {
-            body.raw(b",")?;
-        }
-        body.value(val.as_deref().unwrap_or(&Value::Null)).await?;
-        seen.insert(uri, val);
+        answer.push(text)?;
         walker.trim();
     }
-    body.raw(b"]}")?;
-    Ok(([(CONTENT_TYPE, "application/json")], body.finish()).into_response())
+    Ok(([(CONTENT_TYPE, "application/json")], answer.into_body()).into_response())
 }
 
-/// A JSON answer built from resolved values, refused once it grows past
-/// [`MAX_RESOLVED_BYTES`]; as it grows it is charged to the memory budget.
-pub(crate) struct ResolvedWriter {
-    buf: Vec<u8>,
+/// The answer `{"vals":[...]}`, as the JSON text of each distinct value and the slots that
+/// name it. A thousand refs to one large object hold one copy of its text, and the answer's
+/// length is known before any of it is sent: past [`MAX_RESOLVED_BYTES`] it is a 413, found
+/// when the slot that crosses the bound is added, not after writing that much. The distinct
+/// texts are charged to the memory budget as they are made, until the answer has been sent.
+struct Answer {
+    slots: Vec<Bytes>,
+    /// The answer's length so far, brackets and commas included.
+    len: usize,
+    /// The bytes of the distinct texts.
+    held: usize,
     budget: MemoryBudget,
     admitted: Option<Admitted>,
     charged: usize,
 }
 
-/// The answer is charged to the budget this much ahead of its size.
+/// The answer is charged to the budget this much ahead of its distinct texts.
 const CHARGE_STEP: usize = 4 << 20;
+const HEAD: &[u8] = b"{\"vals\":[";
+const TAIL: &[u8] = b"]}";
 
-impl ResolvedWriter {
-    pub(crate) fn new(head: &[u8], budget: MemoryBudget) -> ResolvedWriter {
-        ResolvedWriter { buf: head.to_vec(), budget, admitted: None, charged: 0 }
+impl Answer {
+    fn new(budget: MemoryBudget) -> Answer {
+        let len = HEAD.len() + TAIL.len();
+        Answer { slots: Vec::new(), len, held: 0, budget, admitted: None, charged: 0 }
     }
 
-    pub(crate) fn raw(&mut self, bytes: &[u8]) -> Result<(), ApiError> {
-        self.buf.extend_from_slice(bytes);
-        self.check()
-    }
-
-    pub(crate) async fn value(&mut self, v: &Value) -> Result<(), ApiError> {
-        let mut limited = Limited { inner: &mut self.buf, limit: MAX_RESOLVED_BYTES };
+    /// The JSON text of a value not seen before, charged once it is more than a small answer.
+    async fn write(&mut self, v: &Value) -> Result<Bytes, ApiError> {
+        let mut text = Vec::new();
+        let room = MAX_RESOLVED_BYTES.saturating_sub(self.len);
+        let mut limited = Limited { inner: &mut text, limit: room };
         match serde_json::to_writer(&mut limited, v) {
             Err(e) if e.is_io() => return Err(too_large()),
             Err(e) => return Err(ApiError::Internal(format!("serialising a resolved value: {e}"))),
             Ok(()) => {}
         }
-        if self.buf.len() > self.charged {
-            self.charged = self.buf.len() + CHARGE_STEP;
+        self.held += text.len();
+        if self.held > UNCHARGED_BYTES.max(self.charged) {
+            self.charged = self.held + CHARGE_STEP;
             self.admitted = Some(self.budget.admit(self.charged, self.admitted.take()).await?);
         }
+        Ok(Bytes::from(text))
+    }
+
+    /// Adds the next slot.
+    fn push(&mut self, text: Bytes) -> Result<(), ApiError> {
+        self.len += text.len() + usize::from(!self.slots.is_empty());
+        if self.len > MAX_RESOLVED_BYTES {
+            return Err(too_large());
+        }
+        self.slots.push(text);
         Ok(())
     }
 
-    fn check(&self) -> Result<(), ApiError> {
-        if self.buf.len() > MAX_RESOLVED_BYTES { Err(too_large()) } else { Ok(()) }
-    }
-
-    pub(crate) fn finish(self) -> Vec<u8> {
-        self.buf
+    /// The answer as a body of chunks, holding its share of the budget until it is sent.
+    fn into_body(self) -> Body {
+        let admitted = self.admitted;
+        let slots = self.slots.into_iter().enumerate().flat_map(|(i, text)| {
+            let comma = (i > 0).then(|| Bytes::from_static(b","));
+            comma.into_iter().chain([text])
+        });
+        let chunks = std::iter::once(Bytes::from_static(HEAD))
+            .chain(slots)
+            .chain([Bytes::from_static(TAIL)]);
+        Body::from_stream(futures::stream::iter(chunks).map(move |chunk| {
+            let _held = &admitted;
+            Ok::<_, Infallible>(chunk)
+        }))
     }
 }
 
