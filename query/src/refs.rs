@@ -15,10 +15,10 @@ use std::sync::Arc;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::header::CONTENT_TYPE;
+use axum::http::header::{CONTENT_LENGTH, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures::StreamExt;
 use heddle_api::budget::{Admitted, MemoryBudget, UNCHARGED_BYTES};
 use heddle_api::{ApiError, AppState, Json, Principal};
@@ -84,7 +84,7 @@ async fn read_batch(
         answer.push(text)?;
         walker.trim();
     }
-    Ok(([(CONTENT_TYPE, "application/json")], answer.into_body()).into_response())
+    Ok(answer.into_response())
 }
 
 /// The answer `{"vals":[...]}`, as the JSON text of each distinct value and the slots that
@@ -105,6 +105,8 @@ struct Answer {
 
 /// The answer is charged to the budget this much ahead of its distinct texts.
 const CHARGE_STEP: usize = 4 << 20;
+/// Texts up to this size are copied into the answer's chunks; larger ones are shared.
+const SMALL_TEXT: usize = 1024;
 const HEAD: &[u8] = b"{\"vals\":[";
 const TAIL: &[u8] = b"]}";
 
@@ -142,20 +144,32 @@ impl Answer {
         Ok(())
     }
 
-    /// The answer as a body of chunks, holding its share of the budget until it is sent.
-    fn into_body(self) -> Body {
+    /// The answer as a body of chunks, holding its share of the budget until it is sent. Texts
+    /// of up to [`SMALL_TEXT`] bytes are copied into the chunk being filled (a thousand small
+    /// values are then a few chunks, not two thousand); larger ones go out as they are.
+    fn into_response(self) -> Response {
+        let len = self.len;
         let admitted = self.admitted;
-        let slots = self.slots.into_iter().enumerate().flat_map(|(i, text)| {
-            let comma = (i > 0).then(|| Bytes::from_static(b","));
-            comma.into_iter().chain([text])
-        });
-        let chunks = std::iter::once(Bytes::from_static(HEAD))
-            .chain(slots)
-            .chain([Bytes::from_static(TAIL)]);
-        Body::from_stream(futures::stream::iter(chunks).map(move |chunk| {
+        let mut chunks = Vec::new();
+        let mut filling = BytesMut::from(HEAD);
+        for (i, text) in self.slots.into_iter().enumerate() {
+            if i > 0 {
+                filling.extend_from_slice(b",");
+            }
+            if text.len() <= SMALL_TEXT {
+                filling.extend_from_slice(&text);
+            } else {
+                chunks.push(filling.split().freeze());
+                chunks.push(text);
+            }
+        }
+        filling.extend_from_slice(TAIL);
+        chunks.push(filling.freeze());
+        let body = Body::from_stream(futures::stream::iter(chunks).map(move |chunk| {
             let _held = &admitted;
             Ok::<_, Infallible>(chunk)
-        }))
+        }));
+        ([(CONTENT_TYPE, "application/json")], [(CONTENT_LENGTH, len)], body).into_response()
     }
 }
 
