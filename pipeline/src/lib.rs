@@ -12,6 +12,8 @@ pub mod config;
 #[cfg(feature = "kafka")]
 pub mod consumer;
 pub mod error;
+#[cfg(feature = "kafka")]
+mod lend;
 pub mod metrics;
 #[cfg(feature = "kafka")]
 mod plan;

@@ -12,6 +12,7 @@
 //! blob back and stores the full call (docs/distributed.md, "Large calls"). A record the broker
 //! still refuses as too large is sent again with each of its parts offloaded.
 
+use std::ffi::CString;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -30,9 +31,10 @@ use heddle_store::{Store, StoreError};
 use prost::Message as _;
 use rdkafka::ClientConfig;
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::Producer;
 use tokio::sync::Mutex;
 
+use crate::lend::{self, LendingProducer};
 use crate::metrics::Metrics;
 use crate::plan::{Plan, Planner, Record, plan, plan_logs, plan_ops};
 use crate::sink::Staging;
@@ -69,11 +71,13 @@ pub struct KafkaSink {
     /// Where offloaded parts go (the store the consumer writes to).
     blobs: Arc<dyn Store>,
     /// Replaced when it stays stuck while the broker is reachable (see `recover_after_failure`).
-    producer: std::sync::RwLock<FutureProducer>,
+    producer: std::sync::RwLock<Arc<LendingProducer>>,
     failures: AtomicU32,
     /// When a new producer was last tried: one attempt at a time, at most one per wait.
     last_recovery: std::sync::Mutex<Option<std::time::Instant>>,
     cfg: KafkaConfig,
+    /// `cfg.topic` as librdkafka takes it.
+    topic: CString,
     metrics: Arc<Metrics>,
     /// Partition count of the topic, refreshed from metadata now and then.
     partitions: AtomicU32,
@@ -88,13 +92,15 @@ impl KafkaSink {
         blobs: Arc<dyn Store>,
         metrics: Arc<Metrics>,
     ) -> Result<KafkaSink, KafkaError> {
-        let producer = std::sync::RwLock::new(producer_config(&cfg).create()?);
+        let producer = std::sync::RwLock::new(Arc::new(lend::create(&producer_config(&cfg))?));
+        let topic = CString::new(cfg.topic.as_str())?;
         Ok(KafkaSink {
             blobs,
             producer,
             failures: AtomicU32::new(0),
             last_recovery: std::sync::Mutex::new(None),
             cfg,
+            topic,
             metrics,
             partitions: AtomicU32::new(0),
             refreshed: Mutex::new(None),
@@ -139,7 +145,7 @@ impl KafkaSink {
         }
     }
 
-    fn producer(&self) -> FutureProducer {
+    fn producer(&self) -> Arc<LendingProducer> {
         self.producer.read().expect("not poisoned").clone()
     }
 
@@ -162,8 +168,8 @@ impl KafkaSink {
             return;
         }
         *last = Some(std::time::Instant::now());
-        let fresh = match producer_config(&self.cfg).create::<FutureProducer>() {
-            Ok(fresh) => fresh,
+        let fresh = match lend::create(&producer_config(&self.cfg)) {
+            Ok(fresh) => Arc::new(fresh),
             Err(e) => {
                 tracing::error!(error = %e, "could not create a new Kafka producer");
                 return;
@@ -209,22 +215,19 @@ impl KafkaSink {
     async fn send(&self, plan: Plan) -> Result<(), SinkError> {
         // Blobs first: a record may reference only what is stored.
         self.put_blobs(plan.blobs).await?;
-        self.produce_all(&plan.records, |refused| self.resend_offloaded(refused)).await
+        self.produce_all(plan.records, |refused| self.resend_offloaded(refused)).await
     }
 
-    /// Produces every record (each waits for its own acknowledgement); the result of each.
-    async fn produce(&self, records: &[Record]) -> Vec<Result<(), KafkaError>> {
+    /// Produces every record (each waits for its own acknowledgement); each record with its
+    /// result. librdkafka reads the records in place ([`lend`]).
+    async fn produce(&self, records: Vec<Record>) -> Vec<(Record, Result<(), KafkaError>)> {
         let producer = self.producer();
-        join_all(records.iter().map(|r| {
-            let rec = FutureRecord::to(&self.cfg.topic)
-                .partition(r.partition)
-                .key(&r.key)
-                .payload(&r.payload);
-            let producer = &producer;
-            async move {
-                producer.send(rec, self.cfg.delivery_timeout).await.map(|_| ()).map_err(|(e, _)| e)
-            }
-        }))
+        let producer = &*producer;
+        join_all(
+            records
+                .into_iter()
+                .map(|r| lend::produce(producer, &self.topic, r, self.cfg.delivery_timeout)),
+        )
         .await
     }
 
@@ -243,7 +246,7 @@ impl KafkaSink {
     /// Sends again the records the broker refused as too large (its `message.max.bytes` is below
     /// ours): every part offloaded, one reference per record. A reference is a few hundred bytes;
     /// one still refused is reported for its call alone.
-    async fn resend_offloaded(&self, refused: Vec<&Record>) -> Result<usize, SinkError> {
+    async fn resend_offloaded(&self, refused: Vec<Record>) -> Result<usize, SinkError> {
         let mut blobs = Vec::new();
         let mut records = Vec::new();
         for r in refused {
@@ -265,7 +268,8 @@ impl KafkaSink {
             }
         }
         self.put_blobs(blobs).await?;
-        for (rec, result) in records.iter().zip(self.produce(&records).await) {
+        let count = records.len();
+        for (rec, result) in self.produce(records).await {
             match result {
                 Ok(()) => {}
                 Err(e) if is_too_large(&e) => {
@@ -278,12 +282,12 @@ impl KafkaSink {
                 Err(e) => return Err(self.failed(&e)),
             }
         }
-        Ok(records.len())
+        Ok(count)
     }
 
     /// Sends again the op records the broker refused as too large: one op per record, each
     /// with its project's files. One still refused fails the write.
-    async fn resend_ops_alone(&self, refused: Vec<&Record>) -> Result<usize, SinkError> {
+    async fn resend_ops_alone(&self, refused: Vec<Record>) -> Result<usize, SinkError> {
         let mut records = Vec::new();
         for r in refused {
             let batch = CallPartBatch::decode(&r.payload[..])
@@ -293,7 +297,8 @@ impl KafkaSink {
                 records.push(Record { partition: r.partition, key: r.key.clone(), payload });
             }
         }
-        for (rec, result) in records.iter().zip(self.produce(&records).await) {
+        let count = records.len();
+        for (rec, result) in self.produce(records).await {
             match result {
                 Ok(()) => {}
                 Err(e) if is_too_large(&e) => {
@@ -307,12 +312,12 @@ impl KafkaSink {
                 Err(e) => return Err(self.failed(&e)),
             }
         }
-        Ok(records.len())
+        Ok(count)
     }
 
     /// Sends again the log records the broker refused as too large: one log record per record.
     /// One still refused fails the write.
-    async fn resend_logs_alone(&self, refused: Vec<&Record>) -> Result<usize, SinkError> {
+    async fn resend_logs_alone(&self, refused: Vec<Record>) -> Result<usize, SinkError> {
         let mut records = Vec::new();
         for r in refused {
             let batch = CallPartBatch::decode(&r.payload[..])
@@ -322,7 +327,8 @@ impl KafkaSink {
                 records.push(Record { partition: r.partition, key: r.key.clone(), payload });
             }
         }
-        for result in self.produce(&records).await {
+        let count = records.len();
+        for (_, result) in self.produce(records).await {
             match result {
                 Ok(()) => {}
                 Err(e) if is_too_large(&e) => {
@@ -335,30 +341,26 @@ impl KafkaSink {
                 Err(e) => return Err(self.failed(&e)),
             }
         }
-        Ok(records.len())
+        Ok(count)
     }
 
     /// Produces `records`, each waiting for its acknowledgement; those the broker refuses as
     /// too large go to `resend`, which returns how many records it had acknowledged.
-    async fn produce_all<'a, F, Fut>(
-        &self,
-        records: &'a [Record],
-        resend: F,
-    ) -> Result<(), SinkError>
+    async fn produce_all<F, Fut>(&self, records: Vec<Record>, resend: F) -> Result<(), SinkError>
     where
-        F: FnOnce(Vec<&'a Record>) -> Fut,
+        F: FnOnce(Vec<Record>) -> Fut,
         Fut: std::future::Future<Output = Result<usize, SinkError>>,
     {
-        let results = self.produce(records).await;
+        let count = records.len();
         let mut refused = Vec::new();
-        for (rec, result) in records.iter().zip(&results) {
+        for (rec, result) in self.produce(records).await {
             match result {
                 Ok(()) => {}
-                Err(e) if is_too_large(e) => refused.push(rec),
-                Err(e) => return Err(self.failed(e)),
+                Err(e) if is_too_large(&e) => refused.push(rec),
+                Err(e) => return Err(self.failed(&e)),
             }
         }
-        let mut acked = records.len() - refused.len();
+        let mut acked = count - refused.len();
         if !refused.is_empty() {
             tracing::warn!(records = refused.len(), "Kafka refused records as too large");
             acked += resend(refused).await?;
@@ -428,7 +430,7 @@ impl Sink for KafkaSink {
         }
         let partitions = self.partition_count().await?;
         let records = plan_ops(ops, partitions, self.cfg.max_record_bytes);
-        self.produce_all(&records, |refused| self.resend_ops_alone(refused)).await
+        self.produce_all(records, |refused| self.resend_ops_alone(refused)).await
     }
 
     async fn write_logs(&self, logs: Vec<OtelLog>) -> Result<(), SinkError> {
@@ -441,7 +443,7 @@ impl Sink for KafkaSink {
         let records = tokio::task::spawn_blocking(move || plan_logs(logs, partitions, max))
             .await
             .map_err(|e| SinkError::internal("planning the records", e))?;
-        self.produce_all(&records, |refused| self.resend_logs_alone(refused)).await
+        self.produce_all(records, |refused| self.resend_logs_alone(refused)).await
     }
 }
 
