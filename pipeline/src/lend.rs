@@ -16,7 +16,7 @@
 //! in flight purges and flushes them, which delivers their reports; one that still missed a
 //! report at `rd_kafka_destroy` leaks that record rather than freeing memory librdkafka reads.
 
-use std::ffi::{CStr, c_void};
+use std::ffi::{CStr, c_int, c_void};
 use std::time::{Duration, Instant};
 
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
@@ -69,12 +69,11 @@ const QUEUE_FULL_PAUSE: Duration = Duration::from_millis(20);
 pub(crate) async fn produce(
     producer: &LendingProducer,
     topic: &CStr,
-    record: Record,
+    mut record: Record,
     queue_timeout: Duration,
 ) -> (Record, Result<(), KafkaError>) {
     let started = Instant::now();
     let partition = record.partition;
-    let mut record = record;
     loop {
         let (done, delivered) = oneshot::channel();
         match enqueue(producer, topic, Box::new(Lent { record, done })) {
@@ -120,7 +119,7 @@ fn enqueue(
             RD_KAFKA_VTYPE_PARTITION,
             partition,
             RD_KAFKA_VTYPE_MSGFLAGS,
-            0 as std::ffi::c_int,
+            0 as c_int,
             RD_KAFKA_VTYPE_VALUE,
             payload,
             payload_len,
