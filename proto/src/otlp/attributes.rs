@@ -17,7 +17,7 @@ use serde_json::Value;
 use smallvec::SmallVec;
 
 use super::conventions as conv;
-use super::tree::{Leaf, Tree, prefix_ends};
+use super::tree::{Leaf, Nested, Tree, prefix_ends};
 use super::values::{Attr, index_maps_to_lists};
 
 /// A convention key's number in [`Rules::keys`].
@@ -131,6 +131,7 @@ fn truthy(v: &Leaf) -> bool {
         Leaf::Text(t) => !t.is_empty(),
         Leaf::Str(s) => !s.is_empty(),
         Leaf::Any(a) => a.truthy(),
+        Leaf::Nested(_) => true,
     }
 }
 
@@ -234,7 +235,12 @@ impl<'a> Attributes<'a> {
         }
         let skip = RULES.name(id).len() + 1;
         let under = under.into_iter().map(|(key, v)| (&key[skip..], v.leaf()));
-        Some(index_maps_to_lists(Value::Object(Tree::nest(under).into_map())))
+        // Not empty, so present.
+        let tree = Tree::nest(under);
+        if tree.reads_as_written() {
+            return Some(Leaf::Nested(Rc::new(Nested::new(tree))));
+        }
+        Some(index_maps_to_lists(Value::Object(tree.into_map())))
             .filter(truthy_value)
             .map(|v| Leaf::Value(Cow::Owned(v)))
     }

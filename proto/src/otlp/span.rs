@@ -110,6 +110,7 @@ fn leaf_size(v: &Leaf) -> usize {
         Leaf::Text(t) => t.text().len(),
         Leaf::Str(s) => s.len() + 2,
         Leaf::Any(_) => 16,
+        Leaf::Nested(_) => 64,
         Leaf::Value(v) => match v.as_ref() {
             Value::String(s) => s.len() + 2,
             _ => 16,

@@ -5,7 +5,9 @@
 //! copying them into `serde_json` maps each time was most of a span's conversion.
 
 use std::borrow::Cow;
+use std::cell::OnceCell;
 use std::collections::{HashMap, HashSet};
+use std::rc::Rc;
 
 use serde_json::{Map, Value};
 
@@ -40,6 +42,29 @@ pub enum Leaf<'v> {
     Str(&'v str),
     /// Any other attribute, written from the request and decoded only when a rule reads into it.
     Any(&'v AnyAttr<'v>),
+    /// The attributes under a convention key, nested ([`Nested`]).
+    Nested(Rc<Nested<'v>>),
+}
+
+/// The attributes under a convention key (`gen_ai.request.*` of `model_parameters`) nested into
+/// an object, kept as a tree and written from it, when that tree is already what reading it as
+/// a value would make ([`Tree::reads_as_written`]). Made into a `serde_json` map, which hashed
+/// every key and copied every value, it was ~5% of a span's conversion (docs/benchmarks.md,
+/// "Hot calls inlined"). Its value is made only when a rule reads into it.
+#[derive(Debug)]
+pub struct Nested<'v> {
+    tree: Tree<'v>,
+    value: OnceCell<Value>,
+}
+
+impl<'v> Nested<'v> {
+    pub fn new(tree: Tree<'v>) -> Nested<'v> {
+        Nested { tree, value: OnceCell::new() }
+    }
+
+    fn value(&self) -> &Value {
+        self.value.get_or_init(|| Value::Object(self.tree.to_map()))
+    }
 }
 
 impl<'v> Leaf<'v> {
@@ -49,6 +74,17 @@ impl<'v> Leaf<'v> {
             Leaf::Text(t) => t.is_object(),
             Leaf::Str(_) => false,
             Leaf::Any(a) => a.is_object(),
+            Leaf::Nested(_) => true,
+        }
+    }
+
+    /// Whether it holds neither an object nor a list.
+    fn is_scalar(&self) -> bool {
+        match self {
+            Leaf::Value(v) => !v.is_object() && !v.is_array(),
+            Leaf::Str(_) => true,
+            Leaf::Any(a) => a.is_scalar(),
+            Leaf::Text(_) | Leaf::Nested(_) => false,
         }
     }
 
@@ -59,6 +95,7 @@ impl<'v> Leaf<'v> {
             Leaf::Value(v) => Some(v),
             Leaf::Text(t) => Some(t.value()),
             Leaf::Any(a) => Some(a.value()),
+            Leaf::Nested(n) => Some(n.value()),
             Leaf::Str(_) => None,
         }
     }
@@ -70,6 +107,7 @@ impl<'v> Leaf<'v> {
             Leaf::Text(t) => Cow::Borrowed(t.value()),
             Leaf::Any(a) => Cow::Borrowed(a.value()),
             Leaf::Str(s) => Cow::Owned(Value::String(s.to_owned())),
+            Leaf::Nested(n) => Cow::Owned(n.value().clone()),
         }
     }
 }
@@ -81,6 +119,7 @@ impl Emit for Leaf<'_> {
             Leaf::Text(t) => out.push_str(t.text()),
             Leaf::Str(s) => s.emit(out),
             Leaf::Any(a) => a.emit(out),
+            Leaf::Nested(n) => n.tree.emit(out),
         }
     }
 }
@@ -111,6 +150,7 @@ impl<'v> Node<'v> {
     pub fn str_at(&self, path: &[&str]) -> Option<&str> {
         match (self, path) {
             (Node::Leaf(Leaf::Str(s)), []) => Some(s),
+            (Node::Leaf(Leaf::Nested(n)), [key, rest @ ..]) => n.tree.get(key)?.str_at(rest),
             (Node::Leaf(v), []) => v.as_value()?.as_str(),
             (Node::Leaf(v), [key, rest @ ..]) => {
                 rest.iter().try_fold(v.as_value()?.get(key)?, |v, k| v.get(k))?.as_str()
@@ -124,6 +164,13 @@ impl<'v> Node<'v> {
         match self {
             Node::Leaf(v) => v.into_cow().into_owned(),
             Node::Tree(tree) => Value::Object(tree.into_map()),
+        }
+    }
+
+    fn to_value(&self) -> Value {
+        match self {
+            Node::Leaf(v) => v.clone().into_cow().into_owned(),
+            Node::Tree(tree) => Value::Object(tree.to_map()),
         }
     }
 }
@@ -246,6 +293,26 @@ impl<'v> Tree<'v> {
     pub fn into_map(self) -> Map<String, Value> {
         self.entries.into_iter().map(|(k, n)| (k.into_owned(), n.into_value())).collect()
     }
+
+    fn to_map(&self) -> Map<String, Value> {
+        self.entries.iter().map(|(k, n)| (k.to_string(), n.to_value())).collect()
+    }
+
+    /// Whether its value is what `super::values::index_maps_to_lists` leaves as it is: no
+    /// level's keys are exactly `"0"`..`"n-1"` (which would read as a list) and no leaf holds
+    /// an object or a list (which it would look into).
+    pub fn reads_as_written(&self) -> bool {
+        let digits = |k: &str| !k.is_empty() && k.bytes().all(|b| b.is_ascii_digit());
+        let mut index = itoa::Buffer::new();
+        let is_list = !self.entries.is_empty()
+            && self.entries.iter().all(|(k, _)| digits(k))
+            && (0..self.entries.len()).all(|i| self.position(index.format(i)).is_some());
+        !is_list
+            && self.entries.iter().all(|(_, node)| match node {
+                Node::Tree(tree) => tree.reads_as_written(),
+                Node::Leaf(leaf) => leaf.is_scalar(),
+            })
+    }
 }
 
 impl Emit for Tree<'_> {
@@ -338,7 +405,47 @@ impl Tree<'_> {
 
 #[cfg(test)]
 mod tests {
+    use serde_json::json;
+
     use super::*;
+    use crate::member::write::to_text;
+    use crate::otlp::values::index_maps_to_lists;
+
+    /// A tree kept as written says so only when it writes what its value, read as lists where
+    /// its keys are indexes, writes.
+    #[test]
+    fn a_tree_reads_as_written_only_when_its_value_would_not_change() {
+        let values = [json!("gpt-4o"), json!(0.5), json!(1024), json!(true), json!(null)];
+        let cases: &[(&[&str], bool)] = &[
+            (&["model", "temperature", "max_tokens"], true),
+            (&["a", "a.b", "c.d.e"], true),
+            (&["0", "2"], true),
+            (&["1", "0"], false),
+            (&["0"], false),
+            (&["x.0", "x.1", "y"], false),
+            (&["x.1", "x.2", "y"], true),
+            (&["", "\"\\"], true),
+        ];
+        for (keys, as_written) in cases {
+            let leaves: Vec<(&str, Leaf)> = keys
+                .iter()
+                .zip(values.iter().cycle())
+                .map(|(k, v)| (*k, Leaf::Value(Cow::Borrowed(v))))
+                .collect();
+            let tree = Tree::nest(leaves.clone());
+            assert_eq!(tree.reads_as_written(), *as_written, "{keys:?}");
+            let value = index_maps_to_lists(Value::Object(Tree::nest(leaves).into_map()));
+            if *as_written {
+                assert_eq!(to_text(&tree, 0), to_text(&value, 0), "{keys:?}");
+                let nested = Leaf::Nested(Rc::new(Nested::new(tree)));
+                assert_eq!(nested.as_value(), Some(&value), "{keys:?}");
+            }
+        }
+        // A leaf holding an object or a list is looked into, so the tree is not kept.
+        let list = json!([{"0": 1}]);
+        let tree = Tree::nest([("a", Leaf::Value(Cow::Borrowed(&list)))]);
+        assert!(!tree.reads_as_written());
+    }
 
     #[test]
     fn a_shape_writes_what_nesting_writes() {

@@ -106,6 +106,11 @@ impl<'a> AnyAttr<'a> {
         matches!(self.any(), Some(Any::Kvlist(_)))
     }
 
+    /// Whether it decodes to neither an object nor a list.
+    pub fn is_scalar(&self) -> bool {
+        !matches!(self.any(), Some(Any::Kvlist(_) | Any::Array(_)))
+    }
+
     /// Whether it counts as present (what the rules' truthiness says of its decoded value),
     /// read without decoding.
     pub fn truthy(&self) -> bool {

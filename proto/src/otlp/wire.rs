@@ -40,7 +40,11 @@ pub(super) enum Field<'a> {
 
 /// The next field of the message `buf` (which must not be empty): its tag and value, `buf` left
 /// after it. Groups fail: OTLP never uses them.
-#[inline]
+///
+/// Always inlined, with [`key`] and [`varint`]: called once per field of a span, it was left a
+/// call of its own by the compiler, and each reader's loop then branched on a returned enum it
+/// had just built (docs/benchmarks.md, "Hot calls inlined").
+#[inline(always)]
 pub(super) fn next_field<'a>(buf: &mut &'a [u8]) -> Result<(u32, Field<'a>), WireError> {
     let (tag, wire) = key(buf)?;
     let field = match wire {
@@ -64,13 +68,29 @@ pub(super) fn next_field<'a>(buf: &mut &'a [u8]) -> Result<(u32, Field<'a>), Wir
     Ok((tag, field))
 }
 
+#[cold]
 fn decoded(e: prost::DecodeError) -> WireError {
     Cow::Owned(e.to_string())
 }
 
+/// A key that is not one byte, or broken: prost reads it (cold, so the inlined [`key`] stays
+/// small).
+#[cold]
+#[inline(never)]
+fn long_key(buf: &mut &[u8]) -> Result<(u32, WireType), WireError> {
+    decode_key(buf).map_err(decoded)
+}
+
+/// A varint of three bytes or more, or broken: prost reads it.
+#[cold]
+#[inline(never)]
+fn long_varint(buf: &mut &[u8]) -> Result<u64, WireError> {
+    decode_varint(buf).map_err(decoded)
+}
+
 /// A field's key. Every key of the OTLP schemas is one byte (tags below 16), read here; anything
 /// else, and every error, is prost's [`decode_key`].
-#[inline]
+#[inline(always)]
 fn key(buf: &mut &[u8]) -> Result<(u32, WireType), WireError> {
     if let Some((&b, rest)) = buf.split_first()
         && (8..0x80).contains(&b)
@@ -79,12 +99,12 @@ fn key(buf: &mut &[u8]) -> Result<(u32, WireType), WireError> {
         *buf = rest;
         return Ok((u32::from(b >> 3), wire));
     }
-    decode_key(buf).map_err(decoded)
+    long_key(buf)
 }
 
 /// A varint. Lengths and small numbers take one or two bytes, read here; longer ones, and every
 /// error, are prost's [`decode_varint`].
-#[inline]
+#[inline(always)]
 fn varint(buf: &mut &[u8]) -> Result<u64, WireError> {
     match **buf {
         [b, ref rest @ ..] if b < 0x80 => {
@@ -95,7 +115,7 @@ fn varint(buf: &mut &[u8]) -> Result<u64, WireError> {
             *buf = rest;
             Ok(u64::from(b0 & 0x7f) | u64::from(b1) << 7)
         }
-        _ => decode_varint(buf).map_err(decoded),
+        _ => long_varint(buf),
     }
 }
 
