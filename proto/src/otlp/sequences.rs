@@ -24,9 +24,18 @@ pub(super) struct SequenceId(Option<usize>);
 
 struct Sequence {
     matched: Matched,
-    /// The shape of the attributes that stay in the dump, by the convention keys whose
-    /// attributes moved into inputs and output (`None`: those attributes have no shape).
-    shapes: Vec<(KeySet, Option<Shape>)>,
+    /// The shapes of its spans' attributes as members write them (`None`: no shape).
+    shapes: Vec<(ShapeOf, Option<Shape>)>,
+}
+
+/// Which of a span's attributes a shape writes, given its key sequence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum ShapeOf {
+    /// The dump's: those not under the convention keys `moved` into inputs and output.
+    Dump { moved: KeySet },
+    /// The call's `attributes`: those not under the convention keys `used` by a rule, then
+    /// the fields the rules made (bit `i`: the field of the `i`th attribute rule).
+    Attributes { used: KeySet, fields: u16 },
 }
 
 /// The key sequences of one request's spans.
@@ -55,20 +64,20 @@ impl<'a> Sequences<'a> {
         Ok((matched, SequenceId(Some(self.seen.len() - 1))))
     }
 
-    /// The shape of the attributes of sequence `id` that stay in the dump when those under
-    /// `moved` moved; `kept` names their keys, in order, when the shape is new.
+    /// The shape `of` the attributes of sequence `id`; `keys` names the keys it writes, in
+    /// order, when the shape is new.
     pub(super) fn shape<'k>(
         &mut self,
         id: SequenceId,
-        moved: KeySet,
-        kept: impl FnOnce() -> Vec<&'k str>,
+        of: ShapeOf,
+        keys: impl FnOnce() -> Vec<&'k str>,
     ) -> Option<&Shape> {
         let sequence = &mut self.seen[id.0?];
-        let at = match sequence.shapes.iter().position(|(m, _)| *m == moved) {
+        let at = match sequence.shapes.iter().position(|(o, _)| *o == of) {
             Some(at) => at,
             None if self.shapes < MAX_SHAPES => {
                 self.shapes += 1;
-                sequence.shapes.push((moved, Shape::of(&kept())));
+                sequence.shapes.push((of, Shape::of(&keys())));
                 sequence.shapes.len() - 1
             }
             None => return None,

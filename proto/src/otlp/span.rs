@@ -13,7 +13,7 @@ use smallvec::SmallVec;
 use super::attributes::{Attributes, KeySet, RULES, as_string};
 use super::conventions as conv;
 use super::request::{KeyValue, Scope, Span, Status};
-use super::sequences::Sequences;
+use super::sequences::{Sequences, ShapeOf};
 use super::tree::{Leaf, Node, Shape, Tree};
 use super::values::{Attr, nested, span_attribute};
 use crate::ProjectId;
@@ -455,6 +455,48 @@ fn deepest<'v>(values: impl IntoIterator<Item = &'v Value>) -> usize {
         .unwrap_or(0)
 }
 
+/// What the call's `attributes` are made of: the attributes no rule used, nested, then the
+/// fields the rules made, then the members of `wandb.attributes`; each sets its key over what
+/// came before, so a field wins over an attribute of its name.
+struct CallAttributes<'v, 'u, U> {
+    unused: &'u U,
+    fields: &'u [(&'static str, Leaf<'v>)],
+    extra: Option<&'v serde_json::Map<String, Value>>,
+}
+
+impl<'v, U, I> CallAttributes<'v, '_, U>
+where
+    U: Fn() -> I,
+    I: Iterator<Item = (&'v str, Leaf<'v>)>,
+{
+    /// Nested, keeping only the keys `keep` allows at the top level.
+    fn nest(&self, keep: impl Fn(&str) -> bool) -> Tree<'v> {
+        let top = |key: &str| keep(key.split('.').next().unwrap_or(key));
+        let mut all = Tree::nest((self.unused)().filter(|(k, _)| top(k)));
+        for (field, v) in self.fields.iter().filter(|(f, _)| keep(f)) {
+            all.set(Cow::Borrowed(field), Node::Leaf(v.clone()));
+        }
+        for (k, v) in self.extra.into_iter().flatten().filter(|(k, _)| keep(k)) {
+            all.set(Cow::Borrowed(k), Node::Leaf(Leaf::Value(Cow::Borrowed(v))));
+        }
+        all
+    }
+
+    fn tree(&self) -> Tree<'v> {
+        self.nest(|_| true)
+    }
+
+    /// The model a span's usage is counted under: `model`, else `model_parameters.model`. Only
+    /// those two keys are nested to read it: a key's subtree depends on its keys alone.
+    fn model(&self) -> Option<String> {
+        let all = self.nest(|key| key == "model" || key == "model_parameters");
+        all.get("model")
+            .and_then(|n| n.str_at(&[]))
+            .or_else(|| all.get("model_parameters")?.str_at(&["model"]))
+            .map(str::to_owned)
+    }
+}
+
 /// A member's JSON text, at most [`limits::MAX_MEMBER_DEPTH`] deep so that it reads back. When
 /// its values are shallow enough that it cannot be deeper (`bounded`), its text is not scanned:
 /// that scan was a tenth of a span's conversion.
@@ -521,9 +563,13 @@ pub fn to_call<'a>(
     let usage = usage(&attrs, &mut used);
 
     let mut fields = Vec::with_capacity(rules.attributes.len());
-    for (field, rule) in &rules.attributes {
+    // Which fields were made, by the number of their rule.
+    const _: () = assert!(conv::ATTRIBUTE_KEYS.len() <= u16::BITS as usize);
+    let mut made = 0u16;
+    for (i, (field, rule)) in rules.attributes.iter().enumerate() {
         if let Some((_, v)) = attrs.take_first(&mut used, rule) {
             fields.push((*field, v));
+            made |= 1 << i;
         }
     }
     let display_name = attrs.take_string(&mut used, &rules.display_name);
@@ -534,25 +580,17 @@ pub fn to_call<'a>(
     let wb_run_step = attrs.take_int(&mut used, &rules.wb_run_step);
     let wb_run_step_end = attrs.take_int(&mut used, &rules.wb_run_step_end);
     let extra = attrs.take_first(&mut used, &rules.extra);
-    // Unmapped attributes first, so an extracted field of the same name wins.
+    let extra = match extra.as_ref().and_then(|(_, v)| v.as_value()) {
+        Some(Value::Object(extra)) => Some(extra),
+        _ => None,
+    };
     let used_attributes = attrs.under(used);
-    let unused = attrs.flat.iter().zip(&used_attributes).filter(|(_, used)| !**used);
-    let mut all = Tree::nest(unused.map(|((k, v), _)| (k.as_ref(), v.leaf())));
-    for (field, v) in fields {
-        all.set(Cow::Borrowed(field), Node::Leaf(v));
-    }
-    if let Some((_, extra)) = &extra
-        && let Some(Value::Object(extra)) = extra.as_value()
-    {
-        for (k, v) in extra {
-            all.set(Cow::Borrowed(k), Node::Leaf(Leaf::Value(Cow::Borrowed(v))));
-        }
-    }
-    let model = all
-        .get("model")
-        .and_then(|n| n.str_at(&[]))
-        .or_else(|| all.get("model_parameters")?.str_at(&["model"]))
-        .map(str::to_owned);
+    let unused = || {
+        let unused = attrs.flat.iter().zip(&used_attributes).filter(|(_, used)| !**used);
+        unused.map(|((k, v), _)| (k.as_ref(), v.leaf()))
+    };
+    let call_attributes = CallAttributes { unused: &unused, fields: &fields, extra };
+    let model = call_attributes.model();
     // Every member must read back (see `limits::check_json_text`).
     let values_shallow =
         fits(ABOVE_ATTRIBUTE, deepest_attribute(attrs.flat.iter().map(|(_, v)| v)));
@@ -564,14 +602,28 @@ pub fn to_call<'a>(
         let kept = attrs.flat[..n].iter().zip(&moved_attributes).filter(|(_, moved)| !**moved);
         kept.map(|(kv, _)| kv)
     };
-    let attributes = member(
-        "attributes",
-        to_text(&all, attributes_size(kept(attrs.flat.len()))),
-        values_shallow,
-    )?;
+    // Written into its keys' shape when it has one: a span without events of its own and
+    // without `wandb.attributes` writes the same keys as the others of its key sequence.
+    let size = attributes_size(kept(attrs.flat.len()));
+    let of = ShapeOf::Attributes { used, fields: made };
+    let keys = || unused().map(|(k, _)| k).chain(fields.iter().map(|(f, _)| *f)).collect();
+    let shaped = extra.is_none() && attrs.flat.len() == span_attribute_count;
+    let shape = if shaped { sequences.shape(sequence, of, keys) } else { None };
+    let attributes = match shape {
+        Some(shape) => {
+            let mut values = Vec::with_capacity(attrs.flat.len() + fields.len());
+            values.extend(unused().map(|(_, v)| v).chain(fields.iter().map(|(_, v)| v.clone())));
+            let mut text = String::with_capacity(size);
+            shape.write(&values, &mut text);
+            text
+        }
+        None => to_text(&call_attributes.tree(), size),
+    };
+    let attributes = member("attributes", attributes, values_shallow)?;
 
     let dumped_keys = || kept(span_attribute_count).map(|(k, _)| k.as_ref()).collect();
-    let dumped_attributes = match sequences.shape(sequence, moved_keys, dumped_keys) {
+    let of = ShapeOf::Dump { moved: moved_keys };
+    let dumped_attributes = match sequences.shape(sequence, of, dumped_keys) {
         Some(shape) => {
             let mut values = Vec::with_capacity(span_attribute_count);
             values.extend(kept(span_attribute_count).map(|(_, v)| v.leaf()));

@@ -662,3 +662,55 @@ fn spans_converted_together_are_converted_as_each_alone() {
     assert_eq!(first["inputs"], json!({"input.value": "v0"}));
     assert_eq!(first["otel_dump"]["attributes"]["gen_ai"]["input"]["messages"][0]["content"], "hi");
 }
+
+#[test]
+fn attributes_written_into_their_shape_are_the_attributes_nested() {
+    // Converted with a fresh set of key sequences, a span's attributes are written into the
+    // shape of its keys; with every sequence taken, they are nested. Both must write the same
+    // text, whether a field meets an attribute of its name or not.
+    let kvlist =
+        json!({"key": "tool", "value": {"kvlistValue": {"values": [attr("x", json!(1))]}}});
+    let cases: Vec<Value> = vec![
+        attrs(&[
+            ("gen_ai.request.model", json!("m")),
+            ("gen_ai.request.temperature", json!(0.5)),
+            ("gen_ai.system", json!("openai")),
+            ("server.address", json!("h\"ost")),
+            ("server.port", json!(443)),
+        ]),
+        // A field's name as an attribute, and under one: the field wins, nested.
+        attrs(&[("gen_ai.system", json!("openai")), ("system", json!("s"))]),
+        attrs(&[("gen_ai.system", json!("openai")), ("system.x", json!("s"))]),
+        attrs(&[("gen_ai.request.model", json!("m")), ("model.a", json!(1)), ("model", json!(2))]),
+        attrs(&[("a", json!(1)), ("a.b", json!(2)), ("wandb.attributes", json!(r#"{"k": 1}"#))]),
+        {
+            let mut list = attrs(&[("gen_ai.response.model", json!("r"))]);
+            list.as_array_mut().unwrap().push(kvlist);
+            list
+        },
+    ];
+    let project = project();
+    for attributes in cases {
+        let body = serde_json::to_vec(&request(attributes.clone(), json!({}))).unwrap();
+        let decoded = decode_json(&body).unwrap();
+        let req = Request::from(&decoded);
+        let rs = &req.resource_spans[0];
+        let shared = span::Shared {
+            resource: serde_json::value::to_raw_value(&json!({"attributes": {}})).unwrap(),
+            resource_depth: 1,
+            scope: rs.scope_spans[0].scope.clone().unwrap_or_default(),
+        };
+        let span = &rs.scope_spans[0].spans[0];
+        let mut fresh = sequences::Sequences::default();
+        let shaped = span::to_call(&project, span, "op".into(), &shared, None, &mut fresh).unwrap();
+        let mut taken = sequences::Sequences::default();
+        let keys: Vec<String> = (0..64).map(|i| format!("taken.{i}")).collect();
+        for key in &keys {
+            taken.matched(&[key.as_str()]).unwrap();
+        }
+        let nested = span::to_call(&project, span, "op".into(), &shared, None, &mut taken).unwrap();
+        let text = |part: &crate::calls::CallPart| part.start.as_ref().unwrap().attributes.clone();
+        assert_eq!(text(&shaped), text(&nested), "{attributes}");
+        assert_eq!(shaped, nested, "{attributes}");
+    }
+}
