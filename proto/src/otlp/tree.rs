@@ -20,13 +20,13 @@ const SCAN: usize = 16;
 
 /// A JSON object in insertion order; setting a key that is present replaces its value in place
 /// (as a `serde_json::Map` does).
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct Tree<'v> {
     entries: Vec<(Cow<'v, str>, Node<'v>)>,
     index: Option<HashMap<Cow<'v, str>, usize>>,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Node<'v> {
     Leaf(Leaf<'v>),
     Tree(Tree<'v>),
@@ -63,7 +63,7 @@ impl<'v> Nested<'v> {
     }
 
     fn value(&self) -> &Value {
-        self.value.get_or_init(|| Value::Object(self.tree.to_map()))
+        self.value.get_or_init(|| Value::Object(self.tree.clone().into_map()))
     }
 }
 
@@ -164,13 +164,6 @@ impl<'v> Node<'v> {
         match self {
             Node::Leaf(v) => v.into_cow().into_owned(),
             Node::Tree(tree) => Value::Object(tree.into_map()),
-        }
-    }
-
-    fn to_value(&self) -> Value {
-        match self {
-            Node::Leaf(v) => v.clone().into_cow().into_owned(),
-            Node::Tree(tree) => Value::Object(tree.to_map()),
         }
     }
 }
@@ -292,10 +285,6 @@ impl<'v> Tree<'v> {
 
     pub fn into_map(self) -> Map<String, Value> {
         self.entries.into_iter().map(|(k, n)| (k.into_owned(), n.into_value())).collect()
-    }
-
-    fn to_map(&self) -> Map<String, Value> {
-        self.entries.iter().map(|(k, n)| (k.to_string(), n.to_value())).collect()
     }
 
     /// Whether its value is what `super::values::index_maps_to_lists` leaves as it is: no
