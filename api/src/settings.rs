@@ -184,9 +184,9 @@ impl WriteSettings {
         Ok(WriteSettings(settings))
     }
 
-    /// Whether the item's project is among these settings.
-    pub fn covers<T: Ingested>(&self, item: &T) -> bool {
-        self.0.contains_key(item.project())
+    /// Whether `project` is among these settings.
+    pub fn covers(&self, project: &ProjectId) -> bool {
+        self.0.contains_key(project)
     }
 
     /// Removes the items of traces sampling drops (counting dropped calls); also whether any
@@ -196,7 +196,7 @@ impl WriteSettings {
         let mut redact = false;
         for item in items {
             let s = &self.0[item.project()];
-            if let Some(item) = sample_one(s, metrics, item) {
+            if sampled_in(s, metrics, item.trace_id(), item.starts_call()) {
                 redact |= s.sensitive_data == SensitiveDataPolicy::PiiV1;
                 kept.push(item);
             }
@@ -212,30 +212,56 @@ impl WriteSettings {
         }
     }
 
-    /// [`prepare`] of one item with these settings, on the calling thread: for a caller
-    /// already on a blocking thread. Its project must be covered ([`WriteSettings::covers`]).
-    pub fn prepare_one<T: Ingested>(&self, metrics: &IngestMetrics, item: T) -> Option<T> {
-        let s = &self.0[item.project()];
-        let mut item = sample_one(s, metrics, item)?;
-        if s.sensitive_data == SensitiveDataPolicy::PiiV1 {
-            item.redact();
+    /// [`prepare`] of one item of `project` in `trace_id` with these settings, decided before it
+    /// is made: for a caller already on a blocking thread. A call part `starts_call` when it
+    /// holds a start (dropping it counts as a sampled-out call). `project` must be covered
+    /// ([`WriteSettings::covers`]).
+    pub fn admit(
+        &self,
+        metrics: &IngestMetrics,
+        project: &ProjectId,
+        trace_id: Option<&str>,
+        starts_call: bool,
+    ) -> Admission {
+        let s = &self.0[project];
+        if !sampled_in(s, metrics, trace_id, starts_call) {
+            Admission::Dropped
+        } else if s.sensitive_data == SensitiveDataPolicy::PiiV1 {
+            Admission::Redacted
+        } else {
+            Admission::Kept
         }
-        Some(item)
     }
 }
 
-/// The item, unless its project's settings `s` sample it out (a dropped call is counted).
-fn sample_one<T: Ingested>(s: &ProjectSettings, metrics: &IngestMetrics, item: T) -> Option<T> {
+/// What becomes of an item its project's settings were applied to ([`WriteSettings::admit`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Sampled out.
+    Dropped,
+    Kept,
+    /// Kept, once redacted (`Ingested::redact`).
+    Redacted,
+}
+
+/// Whether an item in `trace_id` is kept under its project's settings `s`; an item without a
+/// trace is. A dropped call is counted.
+fn sampled_in(
+    s: &ProjectSettings,
+    metrics: &IngestMetrics,
+    trace_id: Option<&str>,
+    starts_call: bool,
+) -> bool {
     let rate = s.sampling.sample_rate;
-    let sampled_in = match item.trace_id() {
+    let sampled_in = match trace_id {
         Some(trace) if rate < 1.0 => sampling::keeps_trace(trace, rate),
         _ => true,
     };
-    if !sampled_in && item.starts_call() {
+    if !sampled_in && starts_call {
         let mode = if s.sampling.dry_run { "dry_run" } else { "dropped" };
         metrics.sampled_out.with_label_values(&[mode]).inc();
     }
-    (sampled_in || s.sampling.dry_run).then_some(item)
+    sampled_in || s.sampling.dry_run
 }
 
 /// Applies each project's ingest sampling and sensitive-data policy to what is about to be

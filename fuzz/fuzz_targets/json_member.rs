@@ -33,7 +33,11 @@ fuzz_target!(|data: &[u8]| {
         (Ok(value), Ok(Some(stored))) => {
             let back: Value = serde_json::from_str(&stored).expect("stored text parses");
             assert_eq!(&back, value, "{text:?} stored as {stored:?}");
-            assert_eq!(member::repeats_a_key(&stored), Some(false), "{text:?} stored as {stored:?}");
+            assert_eq!(
+                member::repeats_a_key(&stored),
+                Some(false),
+                "{text:?} stored as {stored:?}"
+            );
             if member::check_parses("x", &sent).unwrap() {
                 assert_eq!(stored, sent);
             }

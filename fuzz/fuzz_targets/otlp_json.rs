@@ -45,7 +45,8 @@ fuzz_target!(|data: &[u8]| {
     write_protobuf(&bytes);
     let counted = wire::count(&bytes).expect("a decoded JSON request passes the wire count");
     assert_eq!(counted.spans, n, "wire::count and the JSON decoder disagree");
-    let by_prost = ExportTraceServiceRequest::decode(&bytes[..]).expect("a re-encoded request decodes");
+    let by_prost =
+        ExportTraceServiceRequest::decode(&bytes[..]).expect("a re-encoded request decodes");
     assert_eq!(by_prost.encode_to_vec(), bytes, "protobuf round trip changed the request");
     let back = otlp::decode_protobuf(&bytes).expect("a re-encoded request decodes");
     let read = otlp::Request::from(&req);

@@ -8,11 +8,14 @@
 //! - `decode_protobuf` (which reads the body in place) succeeds whenever both succeed, and then
 //!   reads the request prost decoded; it never succeeds where `wire::count` refuses (it may
 //!   succeed where prost refuses a field heddle does not read);
-//! - every span becomes one call part or one rejection, whichever project source is used.
+//! - every span becomes one call part or one rejection, whichever project source is used;
+//! - its calls written straight into a Kafka record (`record::append_lazy`) are the record of
+//!   its call parts, byte for byte, and the same spans are rejected.
 #![no_main]
 
 use heddle_proto::ProjectId;
 use heddle_proto::otlp::{self, wire};
+use heddle_proto::record;
 use libfuzzer_sys::fuzz_target;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use prost::Message;
@@ -59,6 +62,13 @@ fuzz_target!(|data: &[u8]| {
     let n = read_spans(&req);
     let converted = otlp::convert(&req, Some(&project), Some("u")).expect("a header project");
     assert_eq!(converted.parts.len() + converted.rejected as usize, n);
+    let mut in_place = Vec::new();
+    let mut each = |part: heddle_proto::lazy_part::LazyPart| {
+        record::append_lazy(&mut in_place, &part).map(|_| ())
+    };
+    let lazily = otlp::convert_each(&req, Some(&project), Some("u"), &mut each).unwrap();
+    assert_eq!(in_place, record::encode_parts(&converted.parts), "records written in place differ");
+    assert_eq!(lazily.errors, converted.errors);
     // Projects from the resource attributes instead: a request may fail as a whole here.
     if let Ok(c) = otlp::convert(&req, None, None) {
         assert_eq!(c.parts.len() + c.rejected as usize, n);

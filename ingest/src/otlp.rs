@@ -15,16 +15,16 @@ use axum::routing::post;
 use axum::{Extension, Router};
 use bytes::Bytes;
 use heddle_api::budget::{Admitted, UNCHARGED_BYTES};
-use heddle_api::settings::{WriteSettings, prepare};
+use heddle_api::settings::{Admission, Ingested, WriteSettings, prepare};
 use heddle_api::{ApiError, AppState, EncodedBody, Principal, admit_and_decode, admit_json_shape};
-use heddle_proto::calls::CallPart;
+use heddle_proto::lazy_part::LazyPart;
 use heddle_proto::otlp::{self, op};
 use heddle_proto::{ProjectId, ProtoError};
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceResponse;
 use prost::Message;
 
 /// Where a conversion hands each call it makes.
-pub(crate) type Each<'e> = &'e mut dyn FnMut(CallPart);
+pub(crate) type Each<'e> = &'e mut dyn FnMut(LazyPart) -> Result<(), ProtoError>;
 
 /// Placeholder ops this process already wrote; beyond this many, the memory is reset.
 const KNOWN_OPS_LIMIT: usize = 100_000;
@@ -155,9 +155,10 @@ impl OtlpIngest {
     /// authorises and stores it; the answer carries the rejected spans.
     ///
     /// With a header project every span is that project's, authorised before any work and its
-    /// settings known: each call is sampled, redacted and handed to the sink's stager
+    /// settings known: each call is sampled and handed to the sink's stager
     /// ([`heddle_pipeline::Sink::stager`]) as soon as it is made, on the thread that made it
-    /// and while it is in its cache (docs/benchmarks.md, "Calls staged where they are made").
+    /// and while it is in its cache (docs/benchmarks.md, "Calls staged where they are made"),
+    /// its members written straight into its Kafka record unless it is to be redacted.
     /// Without one, the projects are known only once converted, and all of that follows
     /// authorisation.
     pub(crate) async fn export(
@@ -187,13 +188,27 @@ impl OtlpIngest {
                 let mut staged = state.sink.stager();
                 // Parts whose settings are not known here (none, with a header project).
                 let mut unprepared = Vec::new();
-                let converted = convert(project, user, &mut |part| match &settings {
-                    Some(s) if s.covers(&part) => {
-                        if let Some(part) = s.prepare_one(&state.ingest_metrics, part) {
+                let metrics = &state.ingest_metrics;
+                let converted = convert(project, user, &mut |part| {
+                    let admission = match &settings {
+                        Some(s) if s.covers(part.project) => {
+                            s.admit(metrics, part.project, Some(part.trace_id), true)
+                        }
+                        _ => {
+                            unprepared.push(part.into_part()?);
+                            return Ok(());
+                        }
+                    };
+                    match admission {
+                        Admission::Dropped => {}
+                        Admission::Kept => staged.push_lazy(&part)?,
+                        Admission::Redacted => {
+                            let mut part = part.into_part()?;
+                            part.redact();
                             staged.push(part);
                         }
                     }
-                    _ => unprepared.push(part),
+                    Ok(())
                 })?;
                 Ok((converted, staged, unprepared))
             })

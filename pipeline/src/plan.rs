@@ -17,14 +17,15 @@
 
 use std::collections::BTreeMap;
 
-use heddle_proto::ProjectId;
 use heddle_proto::calls::CallPart;
+use heddle_proto::lazy_part::LazyPart;
 use heddle_proto::otlp::logs::OtelLog;
 use heddle_proto::otlp::op::OpWrites;
 use heddle_proto::record::{
-    CallPartRecord, FileRecord, LogRecordRecord, Offload, OpRecord, append_record, encode_logs,
-    encode_ops, offload, partition_of,
+    CallPartRecord, FileRecord, LogRecordRecord, Offload, OpRecord, append_lazy, append_record,
+    encode_logs, encode_ops, offload, partition_of,
 };
+use heddle_proto::{ProjectId, ProtoError};
 use prost::Message;
 
 use crate::SinkError;
@@ -60,6 +61,21 @@ pub(crate) fn plan(
 const FIRST_RESERVE: usize = 64 * 1024;
 /// The most a part's field header takes: its tag and its length.
 const FIELD_HEADER: usize = 1 + 10;
+/// About what a part's fields other than its members take (ids, names, times, headers).
+const PART_FIELDS: usize = 256;
+
+/// Why a part was not planned.
+pub(crate) enum Unplaced {
+    /// The part's own fault (a member nests too deep): nothing of it was written.
+    Refused(ProtoError),
+    Failed(SinkError),
+}
+
+impl From<SinkError> for Unplaced {
+    fn from(e: SinkError) -> Self {
+        Unplaced::Failed(e)
+    }
+}
 
 /// [`plan`] a part at a time: each part is encoded into its partition's record as it comes, so
 /// that a caller making parts one by one hands each over while it is still in the cache, and
@@ -95,37 +111,128 @@ impl Planner {
     }
 
     pub(crate) fn push(&mut self, part: CallPart) -> Result<(), SinkError> {
-        let key = part.trace_id.as_deref().unwrap_or(&part.id);
-        let partition = partition_of(key, self.partitions) as usize;
         let mut rec = CallPartRecord::from(part);
-        let mut len = rec.encoded_len();
-        if len > self.max_record_bytes {
-            let off = offload(rec).map_err(|e| SinkError::internal("offloading a call part", e))?;
-            rec = off.reference.clone();
-            len = rec.encoded_len();
-            self.plan.blobs.push(off);
+        if rec.encoded_len() > self.max_record_bytes {
+            rec = self.offload(rec)?;
         }
+        let len = rec.encoded_len();
+        let key = rec.trace_id.as_deref().unwrap_or(&rec.id);
+        let placed = self.place(key, len, |payload| {
+            append_record(payload, &rec);
+            Ok(len)
+        });
+        placed.map_err(|e| match e {
+            Unplaced::Refused(e) => SinkError::internal("encoding a call part", e),
+            Unplaced::Failed(e) => e,
+        })
+    }
+
+    /// [`Planner::push`] of a part whose members are written straight into its record
+    /// ([`append_lazy`]).
+    pub(crate) fn push_lazy(&mut self, part: &LazyPart) -> Result<(), Unplaced> {
+        self.place(part.trace_id, part.size() + PART_FIELDS, |payload| append_lazy(payload, part))
+    }
+
+    /// Writes a part into the record of the partition of `key`: `write` appends its field to a
+    /// record value and returns the length of its `CallPartRecord`, about `size` bytes. Records
+    /// are cut by that length, as [`Planner::push`] cuts them.
+    fn place(
+        &mut self,
+        key: &str,
+        size: usize,
+        write: impl FnOnce(&mut Vec<u8>) -> Result<usize, ProtoError>,
+    ) -> Result<(), Unplaced> {
+        let partition = partition_of(key, self.partitions) as usize;
+        if size > self.max_record_bytes {
+            // Likely to be offloaded: written on its own, not into a record it would outgrow.
+            let mut own = Vec::with_capacity(size + FIELD_HEADER);
+            let len = write(&mut own).map_err(Unplaced::Refused)?;
+            return self.place_written(partition, key, own, len);
+        }
+        if self.open[partition].size + size > self.most() {
+            self.cut(partition);
+        }
+        self.reserve(partition, size);
         let open = &mut self.open[partition];
-        if open.key.is_some() && open.size + len > self.max_record_bytes {
+        let at = open.payload.len();
+        let len = write(&mut open.payload).map_err(Unplaced::Refused)?;
+        if len > self.max_record_bytes
+            || (open.key.is_some() && open.size + len > self.max_record_bytes)
+        {
+            // Past what the record holds: moved out, into the next record or a blob.
+            let own = open.payload.split_off(at);
+            return self.place_written(partition, key, own, len);
+        }
+        open.size += len;
+        open.key.get_or_insert_with(|| key.to_owned());
+        Ok(())
+    }
+
+    /// Places a part written into `own` (its field; its `CallPartRecord` is the last `len`
+    /// bytes), offloaded when larger than a record holds.
+    fn place_written(
+        &mut self,
+        partition: usize,
+        key: &str,
+        own: Vec<u8>,
+        len: usize,
+    ) -> Result<(), Unplaced> {
+        let (own, len) = if len > self.max_record_bytes {
+            let rec = CallPartRecord::decode(&own[own.len() - len..])
+                .map_err(|e| SinkError::internal("reading back a call part", e))?;
+            let reference = self.offload(rec)?;
+            let mut field = Vec::new();
+            append_record(&mut field, &reference);
+            (field, reference.encoded_len())
+        } else {
+            (own, len)
+        };
+        if self.open[partition].size + len > self.max_record_bytes {
+            self.cut(partition);
+        }
+        self.reserve(partition, len);
+        let open = &mut self.open[partition];
+        open.payload.extend_from_slice(&own);
+        open.size += len;
+        open.key.get_or_insert_with(|| key.to_owned());
+        Ok(())
+    }
+
+    /// Moves `rec` into a blob to store before the records; returns the reference to it.
+    fn offload(&mut self, rec: CallPartRecord) -> Result<CallPartRecord, SinkError> {
+        let off = offload(rec).map_err(|e| SinkError::internal("offloading a call part", e))?;
+        let reference = off.reference.clone();
+        self.plan.blobs.push(off);
+        Ok(reference)
+    }
+
+    /// The most a record's buffer holds: `max_record_bytes`, its parts' field headers and room
+    /// for a part whose size was guessed low.
+    fn most(&self) -> usize {
+        self.max_record_bytes + self.max_record_bytes / 16
+    }
+
+    /// Ends the open record of `partition`, if it holds a part.
+    fn cut(&mut self, partition: usize) {
+        let open = &mut self.open[partition];
+        if open.key.is_some() {
             let full = std::mem::take(open);
             self.plan.records.push(full.record(partition));
         }
-        let open = &mut self.open[partition];
-        if open.key.is_none() {
-            open.key = Some(rec.trace_id.clone().unwrap_or_else(|| rec.id.clone()));
-        }
-        // A record grown by doubling copied its bytes about once more, which cancelled what
-        // encoding parts in the cache saved. It starts small, for a request of a few calls,
-        // and then grows once to the most it can hold (its parts' field headers included).
+    }
+
+    /// Makes room for a part of about `len` bytes in the open record of `partition`. A record
+    /// grown by doubling copied its bytes about once more, which cancelled what encoding parts
+    /// in the cache saved. It starts small, for a request of a few calls, and then grows once
+    /// to the most it can hold.
+    fn reserve(&mut self, partition: usize, len: usize) {
+        let most = self.most();
+        let payload = &mut self.open[partition].payload;
         let room = len + FIELD_HEADER;
-        if open.payload.capacity() - open.payload.len() < room {
-            let most = self.max_record_bytes + self.max_record_bytes / 16;
-            let target = if open.payload.is_empty() { FIRST_RESERVE.min(most) } else { most };
-            open.payload.reserve_exact(target.saturating_sub(open.payload.len()).max(room));
+        if payload.capacity() - payload.len() < room {
+            let target = if payload.is_empty() { FIRST_RESERVE.min(most) } else { most };
+            payload.reserve_exact(target.saturating_sub(payload.len()).max(room));
         }
-        append_record(&mut open.payload, &rec);
-        open.size += len;
-        Ok(())
     }
 
     /// Whether no part was pushed.
@@ -294,6 +401,73 @@ mod tests {
             assert_eq!(r.payload, encode_records(batch.parts));
         }
         assert_eq!(seen, parts.len());
+    }
+
+    #[test]
+    fn parts_written_in_place_are_planned_as_their_parts_are() {
+        use heddle_proto::lazy_part::{LazyEnd, LazyMember, LazyStart};
+        use heddle_proto::member::write::Raw;
+        use heddle_proto::time::Micros;
+        let max = 10_000;
+        let project = ProjectId::parse("e/p").unwrap();
+        let calls: Vec<(String, String, String)> = (0..90)
+            .map(|i| {
+                // Two parts larger than a record, one just over it once encoded.
+                let len = match i {
+                    7 => 50_000,
+                    8 => max,
+                    _ => 300 + i * 37,
+                };
+                let inputs = format!("{{\"x\":\"{}\"}}", "a".repeat(len));
+                (format!("s{i}"), format!("t{}", i % 4), inputs)
+            })
+            .collect();
+        let (mut in_place, mut as_parts) = (Planner::new(3, max), Planner::new(3, max));
+        let empty = Raw("{}");
+        for (i, (id, trace, inputs)) in calls.iter().enumerate() {
+            let inputs = Raw(inputs);
+            // The inputs' size guessed low, to the byte, and past what a record holds.
+            let size = [10, inputs.0.len(), 3 * max][i % 3];
+            let member = |what, value, size| LazyMember { what, value, size, bounded: true };
+            let part = LazyPart {
+                project: &project,
+                id,
+                trace_id: trace,
+                start: LazyStart {
+                    op_name: "op",
+                    display_name: None,
+                    parent_id: Some("p"),
+                    thread_id: None,
+                    turn_id: None,
+                    started_at: Micros(i as i64),
+                    attributes: member("attributes", &empty, 2),
+                    inputs: member("inputs", &inputs, size),
+                    otel_dump: None,
+                    wb_user_id: Some("u"),
+                    wb_run_id: None,
+                    wb_run_step: None,
+                },
+                end: LazyEnd {
+                    ended_at: Micros(i as i64 + 5),
+                    summary: member("summary", &empty, 2),
+                    output: None,
+                    exception: None,
+                    wb_run_step_end: Some(3),
+                },
+            };
+            assert!(in_place.push_lazy(&part).is_ok());
+            as_parts.push(part.into_part().unwrap()).unwrap();
+        }
+        let (in_place, as_parts) = (in_place.finish(), as_parts.finish());
+        assert_eq!(in_place.blobs.len(), 2);
+        let blobs = |p: &Plan| p.blobs.iter().map(|b| b.digest.clone()).collect::<Vec<_>>();
+        assert_eq!(blobs(&in_place), blobs(&as_parts));
+        let records = |p: &Plan| {
+            p.records.iter().map(|r| (r.partition, r.key.clone(), r.payload.clone())).collect()
+        };
+        let records: (Vec<_>, Vec<_>) = (records(&in_place), records(&as_parts));
+        assert!(records.0.len() > 3, "cut by size: {} records", records.0.len());
+        assert_eq!(records.0, records.1);
     }
 
     #[test]

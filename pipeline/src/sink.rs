@@ -5,7 +5,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use bytes::Bytes;
+use heddle_proto::ProtoError;
 use heddle_proto::calls::CallPart;
+use heddle_proto::lazy_part::LazyPart;
 use heddle_proto::otlp::logs::OtelLog;
 use heddle_proto::otlp::op::OpWrites;
 use heddle_store::{NewObject, Store};
@@ -80,6 +82,24 @@ impl Staged {
             #[cfg(feature = "kafka")]
             Staging::Failed(_) => {}
         }
+    }
+
+    /// [`Staged::push`] of a part whose members are not written yet: for Kafka, they are
+    /// written straight into its record. An error is the part's own (a member nests too deep):
+    /// nothing of it was staged.
+    pub fn push_lazy(&mut self, part: &LazyPart) -> Result<(), ProtoError> {
+        match &mut self.0 {
+            Staging::Parts(parts) => parts.push(part.into_part()?),
+            #[cfg(feature = "kafka")]
+            Staging::Records(planner) => match planner.push_lazy(part) {
+                Ok(()) => {}
+                Err(crate::plan::Unplaced::Refused(e)) => return Err(e),
+                Err(crate::plan::Unplaced::Failed(e)) => self.0 = Staging::Failed(e),
+            },
+            #[cfg(feature = "kafka")]
+            Staging::Failed(_) => {}
+        }
+        Ok(())
     }
 
     pub fn is_empty(&self) -> bool {

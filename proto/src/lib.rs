@@ -9,6 +9,7 @@ pub mod digest;
 pub mod error;
 pub mod feedback;
 pub mod ids;
+pub mod lazy_part;
 pub mod limits;
 pub mod member;
 pub mod objects;

@@ -43,6 +43,8 @@ use crate::ProtoError;
 use crate::calls::{CallPart, EndPart, StartPart};
 use crate::digest::bytes_digest;
 use crate::ids::ProjectId;
+use crate::lazy_part::{LazyMember, LazyPart};
+use crate::member::write::Text;
 use crate::otlp::logs::OtelLog;
 use crate::otlp::op::{FileWrite, OpWrite, OpWrites};
 use crate::time::Micros;
@@ -346,6 +348,122 @@ pub fn encode_records(parts: impl IntoIterator<Item = CallPartRecord>) -> Vec<u8
 pub fn append_record(value: &mut Vec<u8>, rec: &CallPartRecord) {
     prost::encoding::encode_key(1, prost::encoding::WireType::LengthDelimited, value);
     rec.encode_length_delimited(value).expect("a Vec grows as needed");
+}
+
+/// Appends `part` to a record value of call parts: the bytes [`append_record`] appends for the
+/// [`CallPart`] it becomes ([`LazyPart::into_part`]), with each member written straight into
+/// `value` instead of into a string of its own first. Returns the length of the part's
+/// `CallPartRecord`. On an error (a member nests too deep), `value` is left as it was.
+pub fn append_lazy(value: &mut Vec<u8>, part: &LazyPart) -> Result<usize, ProtoError> {
+    let at = value.len();
+    let written = delimited(value, 1, part.size() + 256, |v| write_lazy(v, part));
+    match written {
+        Ok(len) => Ok(len),
+        Err(e) => {
+            value.truncate(at);
+            Err(e)
+        }
+    }
+}
+
+/// A [`CallPartRecord`] field by field, in the order of its tags as prost writes them: a plain
+/// string field is left out when empty, an optional one written when set.
+fn write_lazy(v: &mut Vec<u8>, part: &LazyPart) -> Result<(), ProtoError> {
+    use prost::encoding::{int64, sint64};
+    put_str(v, 1, part.project.as_str());
+    put_str(v, 2, part.id);
+    put_opt(v, 3, Some(part.trace_id));
+    let (s, e) = (&part.start, &part.end);
+    let start_size = s.attributes.size + s.inputs.size + s.otel_dump.as_ref().map_or(0, |m| m.size);
+    delimited(v, 4, start_size + 192, |v| {
+        put_str(v, 1, s.op_name);
+        put_opt(v, 2, s.display_name);
+        put_opt(v, 3, s.parent_id);
+        put_opt(v, 4, s.thread_id);
+        put_opt(v, 5, s.turn_id);
+        if s.started_at.0 != 0 {
+            sint64::encode(6, &s.started_at.0, v);
+        }
+        put_member(v, 7, &s.attributes)?;
+        put_member(v, 8, &s.inputs)?;
+        s.otel_dump.as_ref().map(|m| put_member(v, 9, m)).transpose()?;
+        put_opt(v, 10, s.wb_user_id);
+        put_opt(v, 11, s.wb_run_id);
+        if let Some(step) = s.wb_run_step {
+            int64::encode(12, &step, v);
+        }
+        Ok(())
+    })?;
+    let end_size = e.summary.size + e.output.as_ref().map_or(0, |m| m.size);
+    delimited(v, 5, end_size + 32, |v| {
+        if e.ended_at.0 != 0 {
+            sint64::encode(1, &e.ended_at.0, v);
+        }
+        put_member(v, 2, &e.summary)?;
+        e.output.as_ref().map(|m| put_member(v, 3, m)).transpose()?;
+        put_opt(v, 4, e.exception);
+        if let Some(step) = e.wb_run_step_end {
+            int64::encode(5, &step, v);
+        }
+        Ok(())
+    })?;
+    Ok(())
+}
+
+fn put_str(v: &mut Vec<u8>, tag: u32, s: &str) {
+    if !s.is_empty() {
+        put_opt(v, tag, Some(s));
+    }
+}
+
+fn put_opt(v: &mut Vec<u8>, tag: u32, s: Option<&str>) {
+    if let Some(s) = s {
+        prost::encoding::encode_key(tag, prost::encoding::WireType::LengthDelimited, v);
+        prost::encoding::encode_varint(s.len() as u64, v);
+        v.extend_from_slice(s.as_bytes());
+    }
+}
+
+/// A member written in place. JSON text is never empty, so the field is always written, as
+/// prost writes a string that is not empty.
+fn put_member(v: &mut Vec<u8>, tag: u32, m: &LazyMember) -> Result<(), ProtoError> {
+    delimited(v, tag, m.size, |v| {
+        let mut text = Text::after(std::mem::take(v));
+        let written = m.write(&mut text);
+        *v = text.into_bytes();
+        written
+    })
+    .map(|len| debug_assert!(len > 0, "an empty member"))
+}
+
+/// A length-delimited field whose length is known only once `write` has written it. Its length
+/// is given the varint width of `guess`; when the length needs another width, the bytes written
+/// are moved by the difference (rare: most members' sizes are known to the byte, and one width
+/// covers 128 bytes to 16 KiB). Returns the length.
+fn delimited(
+    v: &mut Vec<u8>,
+    tag: u32,
+    guess: usize,
+    write: impl FnOnce(&mut Vec<u8>) -> Result<(), ProtoError>,
+) -> Result<usize, ProtoError> {
+    use prost::encoding::{encode_varint, encoded_len_varint};
+    prost::encoding::encode_key(tag, prost::encoding::WireType::LengthDelimited, v);
+    let at = v.len();
+    let width = encoded_len_varint(guess as u64);
+    v.resize(at + width, 0);
+    write(v)?;
+    let len = v.len() - at - width;
+    let needed = encoded_len_varint(len as u64);
+    if needed != width {
+        let end = v.len();
+        if needed > width {
+            v.resize(end + needed - width, 0);
+        }
+        v.copy_within(at + width..end, at + needed);
+        v.truncate(at + needed + len);
+    }
+    encode_varint(len as u64, &mut &mut v[at..at + needed]);
+    Ok(len)
 }
 
 /// Encodes placeholder-op writes as one record value.

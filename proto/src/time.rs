@@ -32,23 +32,21 @@ impl Micros {
 
     /// RFC 3339 UTC with microseconds and `Z`: `2026-11-21T19:40:18.749002Z`.
     pub fn to_rfc3339(self) -> String {
-        let mut out = String::with_capacity(RFC3339.len());
-        self.write_rfc3339(&mut out);
-        out
+        self.with_rfc3339(str::to_owned)
     }
 
-    /// [`Micros::to_rfc3339`] appended to `out`, as chrono writes it. Years 0 to 9999 are
+    /// `f` of [`Micros::to_rfc3339`]'s text, as chrono writes it. Years 0 to 9999 are
     /// written here digit by digit, their date computed without chrono and without a string of
     /// their own: an OTLP span's dump holds two timestamps (docs/benchmarks.md, "Calls staged
     /// where they are made").
-    pub fn write_rfc3339(self, out: &mut String) {
+    pub fn with_rfc3339<R>(self, f: impl FnOnce(&str) -> R) -> R {
         let (days, micros_of_day) =
             (self.0.div_euclid(MICROS_PER_DAY), self.0.rem_euclid(MICROS_PER_DAY));
         let (year, month, day) = civil_from_days(days);
         let Ok(year @ 0..=9999) = u32::try_from(year) else {
             return match DateTime::<Utc>::from_timestamp_micros(self.0) {
-                Some(dt) => out.push_str(&dt.to_rfc3339_opts(SecondsFormat::Micros, true)),
-                None => out.push_str("1970-01-01T00:00:00.000000Z"),
+                Some(dt) => f(&dt.to_rfc3339_opts(SecondsFormat::Micros, true)),
+                None => f("1970-01-01T00:00:00.000000Z"),
             };
         };
         let seconds = (micros_of_day / 1_000_000) as u32;
@@ -68,7 +66,7 @@ impl Micros {
                 n /= 10;
             }
         }
-        out.push_str(std::str::from_utf8(&text).expect("digits and ASCII punctuation"));
+        f(std::str::from_utf8(&text).expect("digits and ASCII punctuation"))
     }
 }
 

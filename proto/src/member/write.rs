@@ -13,26 +13,93 @@ use serde_json::Value;
 use super::scan::special;
 use crate::time::Micros;
 
+/// JSON text being written at the end of a byte buffer: into a string of its own
+/// ([`to_text`]), or straight into a Kafka record between the protobuf bytes before and after
+/// it (`crate::record::append_lazy`). It is only ever appended whole `str`s and `char`s, so
+/// what was written since it began is UTF-8, whatever the buffer held before.
+pub struct Text {
+    buf: Vec<u8>,
+    /// Where the text begins in `buf`.
+    start: usize,
+}
+
+impl Text {
+    pub fn with_capacity(capacity: usize) -> Text {
+        Text { buf: Vec::with_capacity(capacity), start: 0 }
+    }
+
+    /// A text written after what `buf` holds.
+    pub fn after(buf: Vec<u8>) -> Text {
+        let start = buf.len();
+        Text { buf, start }
+    }
+
+    #[inline]
+    pub fn push_str(&mut self, s: &str) {
+        self.buf.extend_from_slice(s.as_bytes());
+    }
+
+    #[inline]
+    pub fn push(&mut self, c: char) {
+        if c.is_ascii() {
+            self.buf.push(c as u8);
+        } else {
+            self.push_str(c.encode_utf8(&mut [0; 4]));
+        }
+    }
+
+    pub fn reserve(&mut self, additional: usize) {
+        self.buf.reserve(additional);
+    }
+
+    /// The length of what was written.
+    pub fn len(&self) -> usize {
+        self.buf.len() - self.start
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// What was written.
+    pub fn as_str(&self) -> &str {
+        // SAFETY: `buf[start..]` was only ever appended whole `str`s (see the type's docs).
+        unsafe { std::str::from_utf8_unchecked(&self.buf[self.start..]) }
+    }
+
+    /// The buffer, with the text at its end.
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.buf
+    }
+
+    /// The text, when the buffer holds nothing else.
+    pub fn into_string(self) -> String {
+        assert_eq!(self.start, 0, "a text after other bytes is not a string");
+        // SAFETY: as in `as_str`, with `start` 0.
+        unsafe { String::from_utf8_unchecked(self.buf) }
+    }
+}
+
 /// What can be written as JSON text.
 pub trait Emit {
-    fn emit(&self, out: &mut String);
+    fn emit(&self, out: &mut Text);
 }
 
 /// `v` as JSON text, in a string of `capacity` bytes to start with.
 pub fn to_text<T: Emit + ?Sized>(v: &T, capacity: usize) -> String {
-    let mut out = String::with_capacity(capacity);
+    let mut out = Text::with_capacity(capacity);
     v.emit(&mut out);
-    out
+    out.into_string()
 }
 
 impl Emit for str {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         string(out, self);
     }
 }
 
 impl Emit for Value {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         match self {
             Value::Null => out.push_str("null"),
             Value::Bool(true) => out.push_str("true"),
@@ -54,13 +121,13 @@ impl Emit for Value {
 }
 
 impl<T: Emit + ?Sized> Emit for &T {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         (**self).emit(out);
     }
 }
 
 impl<T: Emit> Emit for Option<T> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         match self {
             Some(v) => v.emit(out),
             None => out.push_str("null"),
@@ -69,28 +136,28 @@ impl<T: Emit> Emit for Option<T> {
 }
 
 impl Emit for u32 {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         out.push_str(itoa::Buffer::new().format(*self));
     }
 }
 
 impl Emit for u64 {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         out.push_str(itoa::Buffer::new().format(*self));
     }
 }
 
 impl Emit for i64 {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         out.push_str(itoa::Buffer::new().format(*self));
     }
 }
 
 /// A timestamp as its RFC 3339 string (how it serialises).
 impl Emit for Micros {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         out.push('"');
-        self.write_rfc3339(out);
+        self.with_rfc3339(|t| out.push_str(t));
         out.push('"');
     }
 }
@@ -99,7 +166,7 @@ impl Emit for Micros {
 pub struct List<'a, T>(pub &'a [T]);
 
 impl<T: Emit> Emit for List<'_, T> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         out.push('[');
         for (i, item) in self.0.iter().enumerate() {
             if i > 0 {
@@ -115,19 +182,19 @@ impl<T: Emit> Emit for List<'_, T> {
 pub struct Raw<'a>(pub &'a str);
 
 impl Emit for Raw<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         out.push_str(self.0);
     }
 }
 
 /// An object being written: `{`, then members, then `}`.
 pub struct Object<'o> {
-    out: &'o mut String,
+    out: &'o mut Text,
     empty: bool,
 }
 
 impl<'o> Object<'o> {
-    pub fn open(out: &'o mut String) -> Object<'o> {
+    pub fn open(out: &'o mut Text) -> Object<'o> {
         out.push('{');
         Object { out, empty: true }
     }
@@ -138,7 +205,7 @@ impl<'o> Object<'o> {
 
     /// Starts the next member: its key and colon (after a comma when it is not the first). Its
     /// value is to be written into the string returned.
-    pub fn key(&mut self, key: &str) -> &mut String {
+    pub fn key(&mut self, key: &str) -> &mut Text {
         if !self.empty {
             self.out.push(',');
         }
@@ -155,7 +222,7 @@ impl<'o> Object<'o> {
 
 /// `s` as a JSON string: quoted, with `"`, `\` and control characters escaped as serde_json
 /// escapes them (the short forms where JSON has one, else `\u00xx`).
-pub fn string(out: &mut String, s: &str) {
+pub fn string(out: &mut Text, s: &str) {
     out.reserve(s.len() + 2);
     out.push('"');
     let mut rest = s;

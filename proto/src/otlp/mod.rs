@@ -23,6 +23,7 @@ use std::collections::HashMap;
 use crate::ProjectId;
 use crate::ProtoError;
 use crate::calls::CallPart;
+use crate::lazy_part::LazyPart;
 use crate::limits;
 
 pub use json::{check_json_shape, decode_json};
@@ -91,17 +92,22 @@ pub fn convert(
 ) -> Result<Converted, ProtoError> {
     let spans = req.resource_spans.iter().flat_map(|rs| &rs.scope_spans).map(|ss| ss.spans.len());
     let mut parts = Vec::with_capacity(spans.sum());
-    let converted = convert_each(req, header_project, wb_user_id, &mut |part| parts.push(part))?;
+    let mut each = |part: LazyPart| {
+        parts.push(part.into_part()?);
+        Ok(())
+    };
+    let converted = convert_each(req, header_project, wb_user_id, &mut each)?;
     Ok(Converted { parts, ..converted })
 }
 
-/// [`convert`], handing each call to `each` as soon as it is made; the `parts` of the answer
-/// are left empty.
+/// [`convert`], handing each call to `each` as soon as it is made, its members unwritten, for
+/// `each` to write where the call goes; the `parts` of the answer are left empty. A span whose
+/// call `each` fails with is rejected, for that reason.
 pub fn convert_each(
     req: &Request,
     header_project: Option<&ProjectId>,
     wb_user_id: Option<&str>,
-    each: &mut dyn FnMut(CallPart),
+    each: &mut dyn FnMut(LazyPart) -> Result<(), ProtoError>,
 ) -> Result<Converted, ProtoError> {
     let mut out = Converted::default();
     let mut sequences = sequences::Sequences::default();
@@ -145,15 +151,14 @@ pub fn convert_each(
                     .entry(sp.name)
                     .or_insert_with(|| (op::op_ref(&project, sp.name), false));
                 let converted = resource_ok.clone().and_then(|()| {
-                    span::to_call(&project, sp, op.clone(), &shared, wb_user_id, &mut sequences)
+                    span::to_call(&project, sp, op, &shared, wb_user_id, &mut sequences, each)
                 });
                 match converted {
-                    Ok(part) => {
+                    Ok(()) => {
                         if !*listed {
                             out.ops.insert((project.clone(), sp.name.to_owned()));
                             *listed = true;
                         }
-                        each(part);
                     }
                     Err(reason) => {
                         out.rejected += 1;

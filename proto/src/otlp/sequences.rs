@@ -7,6 +7,7 @@
 //! (docs/benchmarks.md, "Key sequences matched once").
 
 use std::collections::HashMap;
+use std::rc::Rc;
 
 use super::attributes::{KeySet, Matched};
 use super::span::{SpanError, check_key};
@@ -25,7 +26,7 @@ pub(super) struct SequenceId(Option<usize>);
 struct Sequence {
     matched: Matched,
     /// The shapes of its spans' attributes as members write them (`None`: no shape).
-    shapes: Vec<(ShapeOf, Option<Shape>)>,
+    shapes: Vec<(ShapeOf, Option<Rc<Shape>>)>,
 }
 
 /// Which of a span's attributes a shape writes, given its key sequence.
@@ -65,23 +66,24 @@ impl<'a> Sequences<'a> {
     }
 
     /// The shape `of` the attributes of sequence `id`; `keys` names the keys it writes, in
-    /// order, when the shape is new.
+    /// order, when the shape is new. Shared, since a span's members are written after it took
+    /// the shapes of both.
     pub(super) fn shape<'k>(
         &mut self,
         id: SequenceId,
         of: ShapeOf,
         keys: impl FnOnce() -> Vec<&'k str>,
-    ) -> Option<&Shape> {
+    ) -> Option<Rc<Shape>> {
         let sequence = &mut self.seen[id.0?];
         let at = match sequence.shapes.iter().position(|(o, _)| *o == of) {
             Some(at) => at,
             None if self.shapes < MAX_SHAPES => {
                 self.shapes += 1;
-                sequence.shapes.push((of, Shape::of(&keys())));
+                sequence.shapes.push((of, Shape::of(&keys()).map(Rc::new)));
                 sequence.shapes.len() - 1
             }
             None => return None,
         };
-        sequence.shapes[at].1.as_ref()
+        sequence.shapes[at].1.clone()
     }
 }

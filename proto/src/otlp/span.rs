@@ -16,14 +16,14 @@ use super::request::{KeyValue, Scope, Span, Status};
 use super::sequences::{Sequences, ShapeOf};
 use super::tree::{Leaf, Node, Shape, Tree};
 use super::values::{Attr, nested, span_attribute};
-use crate::ProjectId;
-use crate::calls::{CallPart, EndPart, StartPart};
+use crate::lazy_part::{LazyEnd, LazyMember, LazyPart, LazyStart};
 use crate::limits;
-use crate::member::write::{Emit, List, Object, Raw, to_text};
+use crate::member::write::{Emit, List, Object, Raw, Text};
 use crate::time::Micros;
+use crate::{ProjectId, ProtoError};
 
 impl Emit for Scope<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         obj.member("name", self.name);
         obj.member("version", self.version);
@@ -85,22 +85,11 @@ fn micros(nanos: u64) -> Micros {
 struct One<'a, V: ?Sized>(&'a str, &'a V);
 
 impl<V: Emit + ?Sized> Emit for One<'_, V> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         obj.member(self.0, self.1);
         obj.close();
     }
-}
-
-/// `{key: value}` as JSON text. A text kept as sent is copied in as it is, into a string of its
-/// size.
-fn one(key: &str, v: &Leaf) -> String {
-    to_text(&One(key, v), key.len() + leaf_size(v) + 5)
-}
-
-/// A leaf as JSON text; a text kept as sent is copied as it is.
-fn whole(v: &Leaf) -> String {
-    to_text(v, leaf_size(v))
 }
 
 /// About how long a leaf's JSON text is, to size the string it is written into: a text kept as
@@ -124,20 +113,49 @@ fn attributes_size<'v>(attrs: impl Iterator<Item = &'v (Cow<'v, str>, Attr<'v>)>
     attrs.map(|(k, v)| k.len() + 4 + leaf_size(&v.leaf())).sum::<usize>() + 2
 }
 
-/// The `inputs` text: `{key: value}`; a single generic `input`/`inputs` object is unwrapped.
-fn inputs(found: Option<&(&str, Leaf)>) -> String {
-    match found {
-        None => "{}".to_owned(),
-        Some(("input" | "inputs", v)) if v.is_object() => whole(v),
-        Some((k, v)) => one(k, v),
+/// The `inputs` or `output` text made of the attribute a rule took: `{key: value}`, or the value
+/// itself for a generic key ([`inputs`], [`output`]), or `{}` when there is none.
+enum Taken<'f, 'v> {
+    Nothing,
+    Whole(&'f Leaf<'v>),
+    Keyed(&'f str, &'f Leaf<'v>),
+}
+
+impl Emit for Taken<'_, '_> {
+    fn emit(&self, out: &mut Text) {
+        match self {
+            Taken::Nothing => out.push_str("{}"),
+            Taken::Whole(v) => v.emit(out),
+            Taken::Keyed(k, v) => One(k, *v).emit(out),
+        }
     }
 }
 
-/// The `output` text (the same unwrapping for `output`/`outputs`).
-fn output(found: Option<&(&str, Leaf)>) -> Option<String> {
+impl Taken<'_, '_> {
+    /// About how long its text is (a text kept as sent is copied as it is).
+    fn size(&self) -> usize {
+        match self {
+            Taken::Nothing => 2,
+            Taken::Whole(v) => leaf_size(v),
+            Taken::Keyed(k, v) => k.len() + leaf_size(v) + 5,
+        }
+    }
+}
+
+/// The `inputs`: a single generic `input`/`inputs` object is unwrapped.
+fn inputs<'f, 'v>(found: Option<&'f (&'f str, Leaf<'v>)>) -> Taken<'f, 'v> {
+    match found {
+        None => Taken::Nothing,
+        Some(("input" | "inputs", v)) if v.is_object() => Taken::Whole(v),
+        Some((k, v)) => Taken::Keyed(k, v),
+    }
+}
+
+/// The `output` (the same unwrapping for `output`/`outputs`).
+fn output<'f, 'v>(found: Option<&'f (&'f str, Leaf<'v>)>) -> Option<Taken<'f, 'v>> {
     found.map(|(k, v)| match *k {
-        "output" | "outputs" => whole(v),
-        k => one(k, v),
+        "output" | "outputs" => Taken::Whole(v),
+        k => Taken::Keyed(k, v),
     })
 }
 
@@ -146,7 +164,7 @@ fn output(found: Option<&(&str, Leaf)>) -> Option<String> {
 struct Usage(Vec<(&'static str, i64)>);
 
 impl Emit for Usage {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         for (field, n) in &self.0 {
             obj.member(field, n);
@@ -259,7 +277,7 @@ struct Moved<'a> {
 }
 
 impl Emit for Moved<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         if let Some(inputs) = self.inputs {
             obj.member("inputs", inputs);
@@ -312,7 +330,7 @@ struct Dump<'a> {
 }
 
 impl Emit for Dump<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         obj.member("name", self.name);
         obj.member("context", &self.context);
@@ -340,7 +358,7 @@ enum Nested<'a> {
 }
 
 impl Emit for Nested<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         match self {
             Nested::Tree(tree) => tree.emit(out),
             Nested::Shaped(shape, values) => shape.write(values, out),
@@ -355,7 +373,7 @@ struct DumpContext<'a> {
 }
 
 impl Emit for DumpContext<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         obj.member("trace_id", self.trace_id);
         obj.member("span_id", self.span_id);
@@ -370,7 +388,7 @@ struct DumpStatus<'a> {
 }
 
 impl Emit for DumpStatus<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         obj.member("code", self.code);
         obj.member("message", self.message);
@@ -388,7 +406,7 @@ struct DumpEvent<'a> {
 }
 
 impl Emit for DumpEvent<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         obj.member("name", self.name);
         obj.member("timestamp", &self.timestamp);
@@ -408,7 +426,7 @@ struct DumpLink<'a> {
 }
 
 impl Emit for DumpLink<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         obj.member("trace_id", self.trace_id.as_str());
         obj.member("span_id", self.span_id.as_str());
@@ -497,27 +515,31 @@ where
     }
 }
 
-/// A member's JSON text, at most [`limits::MAX_MEMBER_DEPTH`] deep so that it reads back. When
-/// its values are shallow enough that it cannot be deeper (`bounded`), its text is not scanned:
-/// that scan was a tenth of a span's conversion.
-fn member(what: &str, text: String, bounded: bool) -> Result<String, SpanError> {
-    if !bounded {
-        limits::check_written_depth(what, &text).map_err(|e| e.to_string())?;
-    }
-    Ok(text)
+/// A member to write: at most [`limits::MAX_MEMBER_DEPTH`] deep so that it reads back. When its
+/// values are shallow enough that it cannot be deeper (`bounded`), its text is not scanned once
+/// written: that scan was a tenth of a span's conversion.
+fn member<'e>(
+    what: &'static str,
+    value: &'e dyn Emit,
+    size: usize,
+    bounded: bool,
+) -> LazyMember<'e> {
+    LazyMember { what, value, size, bounded }
 }
 
 /// Converts one span of `project` into a complete call of the op `op_name` (its ref, see
-/// [`super::op::op_ref`]). `sequences` holds what the key sequences of the request's spans so
-/// far matched, and the shapes of their dumped attributes ([`Shape`]).
+/// [`super::op::op_ref`]) and hands it to `out`, its members unwritten ([`LazyPart`]).
+/// `sequences` holds what the key sequences of the request's spans so far matched, and the
+/// shapes of their dumped attributes ([`Shape`]). An error of `out` rejects the span too.
 pub fn to_call<'a>(
     project: &ProjectId,
     span: &'a Span<'a>,
-    op_name: String,
+    op_name: &str,
     shared: &Shared,
     wb_user_id: Option<&str>,
     sequences: &mut Sequences<'a>,
-) -> Result<CallPart, SpanError> {
+    out: &mut dyn FnMut(LazyPart) -> Result<(), ProtoError>,
+) -> Result<(), SpanError> {
     // The span's own keys are checked once per key sequence, its events' and links' here.
     let keys: SmallVec<[&str; 32]> = span.attributes.iter().map(|kv| kv.key).collect();
     let (matched, sequence) = sequences.matched(&keys)?;
@@ -575,7 +597,7 @@ pub fn to_call<'a>(
     let display_name = attrs.take_string(&mut used, &rules.display_name);
     let thread_id = attrs.take_string(&mut used, &rules.thread_id);
     let is_turn = attrs.take_first(&mut used, &rules.is_turn).is_some();
-    let turn_id = (thread_id.is_some() && is_turn).then(|| id.clone());
+    let turn_id = (thread_id.is_some() && is_turn).then_some(id.as_str());
     let wb_run_id = attrs.take_string(&mut used, &rules.wb_run_id);
     let wb_run_step = attrs.take_int(&mut used, &rules.wb_run_step);
     let wb_run_step_end = attrs.take_int(&mut used, &rules.wb_run_step_end);
@@ -594,7 +616,6 @@ pub fn to_call<'a>(
     // Every member must read back (see `limits::check_json_text`).
     let values_shallow =
         fits(ABOVE_ATTRIBUTE, deepest_attribute(attrs.flat.iter().map(|(_, v)| v)));
-    let inputs = member("inputs", inputs, values_shallow)?;
     // The attributes' text and the dump's both hold what did not move into inputs and output:
     // sized by those, not by the messages (which would leave each member's string kilobytes of
     // spare capacity).
@@ -604,26 +625,24 @@ pub fn to_call<'a>(
     };
     // Written into its keys' shape when it has one: a span without events of its own and
     // without `wandb.attributes` writes the same keys as the others of its key sequence.
-    let size = attributes_size(kept(attrs.flat.len()));
+    let call_attributes_size = attributes_size(kept(attrs.flat.len()));
     let of = ShapeOf::Attributes { used, fields: made };
     let keys = || unused().map(|(k, _)| k).chain(fields.iter().map(|(f, _)| *f)).collect();
     let shaped = extra.is_none() && attrs.flat.len() == span_attribute_count;
     let shape = if shaped { sequences.shape(sequence, of, keys) } else { None };
-    let attributes = match shape {
+    let attributes = match &shape {
         Some(shape) => {
             let mut values = Vec::with_capacity(attrs.flat.len() + fields.len());
             values.extend(unused().map(|(_, v)| v).chain(fields.iter().map(|(_, v)| v.clone())));
-            let mut text = String::with_capacity(size);
-            shape.write(&values, &mut text);
-            text
+            Nested::Shaped(shape, values)
         }
-        None => to_text(&call_attributes.tree(), size),
+        None => Nested::Tree(call_attributes.tree()),
     };
-    let attributes = member("attributes", attributes, values_shallow)?;
 
     let dumped_keys = || kept(span_attribute_count).map(|(k, _)| k.as_ref()).collect();
     let of = ShapeOf::Dump { moved: moved_keys };
-    let dumped_attributes = match sequences.shape(sequence, of, dumped_keys) {
+    let dump_shape = sequences.shape(sequence, of, dumped_keys);
+    let dumped_attributes = match &dump_shape {
         Some(shape) => {
             let mut values = Vec::with_capacity(span_attribute_count);
             values.extend(kept(span_attribute_count).map(|(_, v)| v.leaf()));
@@ -685,41 +704,40 @@ pub fn to_call<'a>(
         );
     // The span's own attributes that did not move, the resource and a few hundred bytes more.
     let dump_size = attributes_size(kept(span_attribute_count)) + shared.resource.get().len() + 512;
-    let otel_dump = member("otel_dump", to_text(&dump, dump_size), dump_shallow)?;
-    let output = output.map(|o| member("output", o, values_shallow)).transpose()?;
 
-    let summary = match &usage {
-        Some(usage) => {
-            let model = model.as_deref().unwrap_or("usage");
-            to_text(&One("usage", &One(model, usage)), 128)
-        }
-        None => "{}".to_owned(),
+    let model = model.as_deref().unwrap_or("usage");
+    let by_model = usage.as_ref().map(|usage| One(model, usage));
+    let usage = by_model.as_ref().map(|by_model| One("usage", by_model));
+    let summary: &dyn Emit = match &usage {
+        Some(usage) => usage,
+        None => &Raw("{}"),
     };
-    Ok(CallPart {
-        project: project.clone(),
-        id,
-        trace_id: Some(trace_id),
-        start: Some(StartPart {
+    let exception = exception(span, &status);
+    let part = LazyPart {
+        project,
+        id: &id,
+        trace_id: &trace_id,
+        start: LazyStart {
             op_name,
-            display_name,
-            parent_id,
-            thread_id,
+            display_name: display_name.as_deref(),
+            parent_id: parent_id.as_deref(),
+            thread_id: thread_id.as_deref(),
             turn_id,
             started_at,
-            attributes,
-            inputs,
-            otel_dump: Some(otel_dump),
-            wb_user_id: wb_user_id.map(str::to_owned),
-            wb_run_id,
+            attributes: member("attributes", &attributes, call_attributes_size, values_shallow),
+            inputs: member("inputs", &inputs, inputs.size(), values_shallow),
+            otel_dump: Some(member("otel_dump", &dump, dump_size, dump_shallow)),
+            wb_user_id,
+            wb_run_id: wb_run_id.as_deref(),
             wb_run_step,
-        }),
-        end: Some(EndPart {
+        },
+        end: LazyEnd {
             ended_at,
-            summary,
-            output,
-            exception: exception(span, &status),
+            summary: member("summary", summary, 128, true),
+            output: output.as_ref().map(|o| member("output", o, o.size(), values_shallow)),
+            exception: exception.as_deref(),
             wb_run_step_end,
-            display_name: None,
-        }),
-    })
+        },
+    };
+    out(part).map_err(|e| e.to_string())
 }

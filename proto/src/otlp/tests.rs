@@ -54,8 +54,35 @@ fn convert_both(req: &Value) -> (Converted, Value) {
         convert(&decode_protobuf(&decoded.encode_to_vec()).unwrap(), Some(&project()), Some("u"))
             .unwrap();
     assert_eq!(from_json.parts, from_proto.parts, "protobuf and JSON disagree");
+    let (in_place, in_place_converted) = written_in_place(&Request::from(&decoded));
+    assert_eq!(in_place, crate::record::encode_parts(&from_json.parts), "record bytes disagree");
+    assert_eq!(in_place_converted.errors, from_json.errors);
     let call = from_json.parts.first().map(part_json).unwrap_or(Value::Null);
     (from_json, call)
+}
+
+/// The record value of the request's calls, each member written straight into it
+/// ([`crate::record::append_lazy`]). A member it refuses is refused for the reason writing it
+/// into a string gives, and leaves the record as it was.
+fn written_in_place(req: &Request) -> (Vec<u8>, Converted) {
+    let mut value = Vec::new();
+    let mut each = |part: LazyPart| {
+        let before = value.len();
+        match (crate::record::append_lazy(&mut value, &part), part.into_part()) {
+            (Ok(len), Ok(p)) => {
+                assert_eq!(len, crate::record::CallPartRecord::from(p).encoded_len());
+                Ok(())
+            }
+            (Err(a), Err(b)) => {
+                assert_eq!(a, b);
+                assert_eq!(value.len(), before, "a refused part left bytes behind");
+                Err(a)
+            }
+            (a, b) => panic!("in place: {a:?}; into strings: {:?}", b.map(|_| ())),
+        }
+    };
+    let converted = convert_each(req, Some(&project()), Some("u"), &mut each).unwrap();
+    (value, converted)
 }
 
 /// The part as the call fields it stores (JSON members parsed).
@@ -701,16 +728,46 @@ fn attributes_written_into_their_shape_are_the_attributes_nested() {
             scope: rs.scope_spans[0].scope.clone().unwrap_or_default(),
         };
         let span = &rs.scope_spans[0].spans[0];
-        let mut fresh = sequences::Sequences::default();
-        let shaped = span::to_call(&project, span, "op".into(), &shared, None, &mut fresh).unwrap();
+        let shaped = call(&project, span, &shared, &mut sequences::Sequences::default());
         let mut taken = sequences::Sequences::default();
         let keys: Vec<String> = (0..64).map(|i| format!("taken.{i}")).collect();
         for key in &keys {
             taken.matched(&[key.as_str()]).unwrap();
         }
-        let nested = span::to_call(&project, span, "op".into(), &shared, None, &mut taken).unwrap();
+        let nested = call(&project, span, &shared, &mut taken);
         let text = |part: &crate::calls::CallPart| part.start.as_ref().unwrap().attributes.clone();
         assert_eq!(text(&shaped), text(&nested), "{attributes}");
         assert_eq!(shaped, nested, "{attributes}");
     }
+}
+
+#[test]
+fn members_whose_length_takes_another_varint_width_than_guessed_are_moved() {
+    // Lengths on both sides of one and two varint bytes (128 and 16,384), guessed right and
+    // wrong: an array's size is guessed at 16 bytes, so a long one outgrows its guess.
+    let list = |n: usize| json!({"arrayValue": {"values": vec![json!({"intValue": "7"}); n]}});
+    let output = |v: Value| json!([{"key": "output", "value": v}]);
+    for n in [1usize, 40, 41, 42, 43, 5_000, 5_461, 5_462, 5_463, 6_000] {
+        convert_both(&request(output(list(n)), json!({})));
+    }
+    for len in [100usize, 120, 121, 122, 123, 124, 125, 16_360, 16_370, 16_380, 16_390, 70_000] {
+        convert_both(&request(attrs(&[("input.value", json!("x".repeat(len)))]), json!({})));
+        convert_both(&request(attrs(&[("some.key", json!("y".repeat(len)))]), json!({})));
+    }
+}
+
+/// The call one span becomes, written into strings.
+fn call<'a>(
+    project: &ProjectId,
+    span: &'a request::Span<'a>,
+    shared: &span::Shared,
+    sequences: &mut sequences::Sequences<'a>,
+) -> CallPart {
+    let mut part = None;
+    let mut out = |p: LazyPart| {
+        part = Some(p.into_part()?);
+        Ok(())
+    };
+    span::to_call(project, span, "op", shared, None, sequences, &mut out).unwrap();
+    part.unwrap()
 }

@@ -12,7 +12,7 @@ use std::rc::Rc;
 use serde_json::{Map, Value};
 
 use super::values::{AnyAttr, JsonText};
-use crate::member::write::{Emit, Object};
+use crate::member::write::{Emit, Object, Text};
 
 /// Entries a tree looks through one by one; past this it keeps an index of its keys, so that an
 /// object of thousands of attributes still nests in linear time.
@@ -113,7 +113,7 @@ impl<'v> Leaf<'v> {
 }
 
 impl Emit for Leaf<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         match self {
             Leaf::Value(v) => v.emit(out),
             Leaf::Text(t) => out.push_str(t.text()),
@@ -305,7 +305,7 @@ impl<'v> Tree<'v> {
 }
 
 impl Emit for Tree<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         for (k, node) in &self.entries {
             obj.member(k, node);
@@ -315,7 +315,7 @@ impl Emit for Tree<'_> {
 }
 
 impl Emit for Node<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         match self {
             Node::Leaf(v) => v.emit(out),
             Node::Tree(tree) => tree.emit(out),
@@ -356,13 +356,14 @@ impl Shape {
         let tree = Tree::nest(
             keys.iter().enumerate().map(|(i, k)| (*k, Leaf::Value(Cow::Owned(Value::from(i))))),
         );
-        let mut shape = Shape { text: String::new(), slots: Vec::with_capacity(keys.len()) };
-        tree.outline(&mut shape.text, &mut shape.slots);
-        Some(shape)
+        let mut text = Text::with_capacity(0);
+        let mut slots = Vec::with_capacity(keys.len());
+        tree.outline(&mut text, &mut slots);
+        Some(Shape { text: text.into_string(), slots })
     }
 
     /// Writes the nested object of `values` (one per key, in the keys' order).
-    pub fn write(&self, values: &[Leaf], out: &mut String) {
+    pub fn write(&self, values: &[Leaf], out: &mut Text) {
         let mut at = 0;
         for (offset, i) in &self.slots {
             out.push_str(&self.text[at..*offset]);
@@ -376,7 +377,7 @@ impl Shape {
 impl Tree<'_> {
     /// Writes the tree's text as [`Emit`] does, but with a slot (see [`Shape::slots`]) where
     /// each leaf, which holds its key's index, would go.
-    fn outline(&self, text: &mut String, slots: &mut Vec<(usize, usize)>) {
+    fn outline(&self, text: &mut Text, slots: &mut Vec<(usize, usize)>) {
         let mut obj = Object::open(text);
         for (key, node) in &self.entries {
             let text = obj.key(key);
@@ -453,9 +454,9 @@ mod tests {
         let values: Vec<Leaf> = texts.iter().map(|t| Leaf::Str(t)).collect();
         let nested = Tree::nest(keys.iter().copied().zip(values.iter().cloned()));
         let shape = Shape::of(&keys).expect("distinct keys, none under another");
-        let mut written = String::new();
+        let mut written = Text::with_capacity(0);
         shape.write(&values, &mut written);
-        assert_eq!(written, crate::member::write::to_text(&nested, 0));
+        assert_eq!(written.into_string(), crate::member::write::to_text(&nested, 0));
     }
 
     #[test]
@@ -481,9 +482,9 @@ mod tests {
             let texts: Vec<String> = (0..keys.len()).map(|i| format!("v{i}")).collect();
             let values: Vec<Leaf> = texts.iter().map(|t| Leaf::Str(t)).collect();
             let nested = Tree::nest(keys.iter().copied().zip(values.iter().cloned()));
-            let mut written = String::new();
+            let mut written = Text::with_capacity(0);
             shape.write(&values, &mut written);
-            assert_eq!(written, crate::member::write::to_text(&nested, 0), "{keys:?}");
+            assert_eq!(written.into_string(), to_text(&nested, 0), "{keys:?}");
         }
         assert!(shaped > 1_000 && unshaped > 1_000, "{shaped} shaped, {unshaped} not");
     }

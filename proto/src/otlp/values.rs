@@ -10,7 +10,7 @@ use serde_json::{Map, Value};
 use super::request::{AnyValue, KeyValue, Value as Any};
 use super::tree::{Leaf, Tree};
 use crate::member;
-use crate::member::write::{Emit, List, string};
+use crate::member::write::{Emit, List, Text, string};
 
 /// One AnyValue as JSON: scalars as themselves, arrays and kvlists recursively, bytes as
 /// standard base64, non-finite doubles as `"nan"`/`"inf"`/`"-inf"`, an empty value as null.
@@ -152,7 +152,7 @@ fn any_depth(v: &AnyValue) -> usize {
 }
 
 impl Emit for AnyAttr<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         match self.value {
             Some(v) => v.emit(out),
             None => out.push_str("null"),
@@ -162,7 +162,7 @@ impl Emit for AnyAttr<'_> {
 
 /// An AnyValue written as the JSON text of [`any_value`]'s value, without decoding it.
 impl Emit for AnyValue<'_> {
-    fn emit(&self, out: &mut String) {
+    fn emit(&self, out: &mut Text) {
         match &self.value {
             None | Some(Any::StringIndex(_)) => out.push_str("null"),
             Some(Any::String(s)) => string(out, s),
@@ -397,10 +397,8 @@ mod tests {
             let v = random_any(&mut rng, 0);
             let attr = AnyAttr::new(Some(&v));
             let decoded = any_value(&v);
-            let mut direct = String::new();
-            attr.emit(&mut direct);
-            let mut through = String::new();
-            decoded.emit(&mut through);
+            let direct = crate::member::write::to_text(&attr, 0);
+            let through = crate::member::write::to_text(&decoded, 0);
             assert_eq!(direct, through, "{v:?}");
             assert_eq!(direct, serde_json::to_string(&decoded).unwrap());
             // Never shallower than the decoded value (repeated keys may count deeper).
