@@ -144,7 +144,8 @@ enum Msg {
     ResourceLogs,
     ScopeLogs,
     LogRecord,
-    /// A message with no nested messages of interest (e.g. `Status`): skipped as bytes.
+    /// A message with no nested messages of interest (`Status`): its fields are walked only to
+    /// refuse a group among them, as the reader does.
     Leaf,
 }
 
@@ -278,13 +279,11 @@ fn walk(body: &[u8], root: Msg) -> Result<Counts, ProtoError> {
             if stack.len() + 1 > MAX_NESTING {
                 return Err(malformed("nesting is deeper than 100 levels"));
             }
-            if m != Msg::Leaf {
-                // The rest of this message waits below its child, which is walked next: the
-                // stack holds at most one entry per level.
-                stack.push((msg, buf, held));
-                stack.push((m, field, 0));
-                continue 'messages;
-            }
+            // The rest of this message waits below its child, which is walked next: the stack
+            // holds at most one entry per level.
+            stack.push((msg, buf, held));
+            stack.push((m, field, 0));
+            continue 'messages;
         }
     }
     Ok(counts)
@@ -362,6 +361,27 @@ mod tests {
         // Per span: 2 KeyValues, 2 AnyValues, 1 ArrayValue, 3 elements, 1 event; plus the
         // ResourceSpans and ScopeSpans around them.
         assert_eq!(counts.values, 2 * 9 + 2);
+    }
+
+    #[test]
+    fn a_group_in_a_status_is_refused_as_the_reader_refuses_it() {
+        // A span whose status (field 15) holds an empty group (field 5): prost skips it as an
+        // unknown field; the reader refuses groups, so the count must too (found by fuzzing).
+        let mut span = Span { name: "s".into(), ..Default::default() }.encode_to_vec();
+        span.extend_from_slice(&[15 << 3 | 2, 2, 5 << 3 | 3, 5 << 3 | 4]);
+        let mut scope = vec![0x12];
+        prost::encoding::encode_varint(span.len() as u64, &mut scope);
+        scope.extend(span);
+        let mut rs = vec![0x12];
+        prost::encoding::encode_varint(scope.len() as u64, &mut rs);
+        rs.extend(scope);
+        let mut body = vec![0x0a];
+        prost::encoding::encode_varint(rs.len() as u64, &mut body);
+        body.extend(rs);
+        ExportTraceServiceRequest::decode(&body[..]).unwrap();
+        let err = count(&body).unwrap_err();
+        assert!(err.to_string().contains("groups are not part of OTLP"), "{err}");
+        assert!(super::super::request::Request::decode(&body).is_err());
     }
 
     #[test]
