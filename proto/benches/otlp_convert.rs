@@ -1,13 +1,16 @@
 //! Time of OTLP/protobuf decoding and of span → call conversion, per span, for LLM-sized spans
 //! shaped like `heddle-bench --otlp`'s (an agent root and four chat spans per trace, messages of
-//! ~0.5–2 KB). `cargo bench -p heddle-proto --bench otlp_convert`; the whole-server figures are
+//! ~0.5–2 KB): into call parts (`convert`, the store's path), and into a Kafka record (`record`,
+//! the ingest role's path: each call written straight into the record's bytes). `cargo bench -p heddle-proto --bench otlp_convert`; the whole-server figures are
 //! `heddle-bench`'s (docs/benchmarks.md).
 
 use std::hint::black_box;
 use std::time::Instant;
 
 use heddle_proto::ProjectId;
-use heddle_proto::otlp::{convert, decode_protobuf};
+use heddle_proto::lazy_part::LazyPart;
+use heddle_proto::otlp::{convert, convert_each, decode_protobuf};
+use heddle_proto::record::append_lazy;
 use opentelemetry_proto::tonic::collector::trace::v1::ExportTraceServiceRequest;
 use opentelemetry_proto::tonic::common::v1::{
     AnyValue, ArrayValue, InstrumentationScope, KeyValue, any_value,
@@ -195,5 +198,13 @@ fn main() {
         let out = convert(black_box(&req), Some(&project), Some("user")).unwrap();
         assert_eq!(out.parts.len(), SPANS);
         black_box(out);
+    });
+    let mut record = Vec::new();
+    per_span("record", || {
+        record.clear();
+        let mut each = |part: LazyPart| append_lazy(&mut record, &part).map(|_| ());
+        let out = convert_each(black_box(&req), Some(&project), Some("user"), &mut each).unwrap();
+        assert_eq!(out.rejected, 0);
+        black_box(&record);
     });
 }
