@@ -203,6 +203,21 @@ impl<'o> Object<'o> {
         value.emit(self.key(key));
     }
 
+    /// A member whose key is a literal with nothing to escape (no quote, backslash or control
+    /// character): written as it is, without the search for bytes to escape. An `otel_dump` has
+    /// some thirty such keys, and searching them was two fifths of writing it.
+    pub fn field<V: Emit + ?Sized>(&mut self, key: &'static str, value: &V) {
+        debug_assert!(special(key.as_bytes()).is_none(), "{key:?} needs escaping");
+        if !self.empty {
+            self.out.push(',');
+        }
+        self.empty = false;
+        self.out.push('"');
+        self.out.push_str(key);
+        self.out.push_str("\":");
+        value.emit(self.out);
+    }
+
     /// Starts the next member: its key and colon (after a comma when it is not the first). Its
     /// value is to be written into the string returned.
     pub fn key(&mut self, key: &str) -> &mut Text {

@@ -25,8 +25,8 @@ use crate::{ProjectId, ProtoError};
 impl Emit for Scope<'_> {
     fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
-        obj.member("name", self.name);
-        obj.member("version", self.version);
+        obj.field("name", self.name);
+        obj.field("version", self.version);
         obj.close();
     }
 }
@@ -167,7 +167,7 @@ impl Emit for Usage {
     fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         for (field, n) in &self.0 {
-            obj.member(field, n);
+            obj.field(field, n);
         }
         obj.close();
     }
@@ -280,10 +280,10 @@ impl Emit for Moved<'_> {
     fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
         if let Some(inputs) = self.inputs {
-            obj.member("inputs", inputs);
+            obj.field("inputs", inputs);
         }
         if let Some(output) = self.output {
-            obj.member("output", output);
+            obj.field("output", output);
         }
         obj.close();
     }
@@ -332,20 +332,20 @@ struct Dump<'a> {
 impl Emit for Dump<'_> {
     fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
-        obj.member("name", self.name);
-        obj.member("context", &self.context);
-        obj.member("kind", self.kind);
-        obj.member("parent_id", &self.parent_id);
-        obj.member("start_time", &self.start_time);
-        obj.member("end_time", &self.end_time);
-        obj.member("status", &self.status);
-        obj.member("attributes", &self.attributes);
-        obj.member("events", &List(&self.events));
-        obj.member("links", &List(&self.links));
-        obj.member("resource", &Raw(self.resource.get()));
-        obj.member("scope", self.scope);
+        obj.field("name", self.name);
+        obj.field("context", &self.context);
+        obj.field("kind", self.kind);
+        obj.field("parent_id", &self.parent_id);
+        obj.field("start_time", &self.start_time);
+        obj.field("end_time", &self.end_time);
+        obj.field("status", &self.status);
+        obj.field("attributes", &self.attributes);
+        obj.field("events", &List(&self.events));
+        obj.field("links", &List(&self.links));
+        obj.field("resource", &Raw(self.resource.get()));
+        obj.field("scope", self.scope);
         if !self.attributes_moved.is_empty() {
-            obj.member("attributes_moved", self.attributes_moved);
+            obj.field("attributes_moved", self.attributes_moved);
         }
         obj.close();
     }
@@ -375,9 +375,9 @@ struct DumpContext<'a> {
 impl Emit for DumpContext<'_> {
     fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
-        obj.member("trace_id", self.trace_id);
-        obj.member("span_id", self.span_id);
-        obj.member("trace_state", self.trace_state);
+        obj.field("trace_id", self.trace_id);
+        obj.field("span_id", self.span_id);
+        obj.field("trace_state", self.trace_state);
         obj.close();
     }
 }
@@ -390,8 +390,8 @@ struct DumpStatus<'a> {
 impl Emit for DumpStatus<'_> {
     fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
-        obj.member("code", self.code);
-        obj.member("message", self.message);
+        obj.field("code", self.code);
+        obj.field("message", self.message);
         obj.close();
     }
 }
@@ -408,10 +408,10 @@ struct DumpEvent<'a> {
 impl Emit for DumpEvent<'_> {
     fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
-        obj.member("name", self.name);
-        obj.member("timestamp", &self.timestamp);
-        obj.member("attributes", &self.attributes);
-        obj.member("dropped_attributes_count", &self.dropped_attributes_count);
+        obj.field("name", self.name);
+        obj.field("timestamp", &self.timestamp);
+        obj.field("attributes", &self.attributes);
+        obj.field("dropped_attributes_count", &self.dropped_attributes_count);
         obj.close();
     }
 }
@@ -428,12 +428,12 @@ struct DumpLink<'a> {
 impl Emit for DumpLink<'_> {
     fn emit(&self, out: &mut Text) {
         let mut obj = Object::open(out);
-        obj.member("trace_id", self.trace_id.as_str());
-        obj.member("span_id", self.span_id.as_str());
-        obj.member("trace_state", self.trace_state);
-        obj.member("attributes", &self.attributes);
-        obj.member("dropped_attributes_count", &self.dropped_attributes_count);
-        obj.member("flags", &self.flags);
+        obj.field("trace_id", self.trace_id.as_str());
+        obj.field("span_id", self.span_id.as_str());
+        obj.field("trace_state", self.trace_state);
+        obj.field("attributes", &self.attributes);
+        obj.field("dropped_attributes_count", &self.dropped_attributes_count);
+        obj.field("flags", &self.flags);
         obj.close();
     }
 }
