@@ -169,12 +169,15 @@ impl<'a> Field<'a> {
         into.merge(self.bytes()?, depth + 1)
     }
 
-    /// A nested message appended to `list`.
+    /// A nested message appended to `list`: read in place, not moved in once read (a span is
+    /// some hundred bytes, and lists of them and of attributes are most of a request).
     fn push<M: Message<'a> + Default>(self, list: &mut Vec<M>, depth: usize) -> Result<(), Error> {
-        let mut m = M::default();
-        self.message(&mut m, depth)?;
-        list.push(m);
-        Ok(())
+        list.push(M::default());
+        let read = self.message(list.last_mut().expect("just pushed"), depth);
+        if read.is_err() {
+            list.pop();
+        }
+        read
     }
 }
 
