@@ -369,15 +369,7 @@ mod tests {
         // unknown field; the reader refuses groups, so the count must too (found by fuzzing).
         let mut span = Span { name: "s".into(), ..Default::default() }.encode_to_vec();
         span.extend_from_slice(&[15 << 3 | 2, 2, 5 << 3 | 3, 5 << 3 | 4]);
-        let mut scope = vec![0x12];
-        prost::encoding::encode_varint(span.len() as u64, &mut scope);
-        scope.extend(span);
-        let mut rs = vec![0x12];
-        prost::encoding::encode_varint(scope.len() as u64, &mut rs);
-        rs.extend(scope);
-        let mut body = vec![0x0a];
-        prost::encoding::encode_varint(rs.len() as u64, &mut body);
-        body.extend(rs);
+        let body = body_of_scope(&field(2, &span));
         ExportTraceServiceRequest::decode(&body[..]).unwrap();
         let err = count(&body).unwrap_err();
         assert!(err.to_string().contains("groups are not part of OTLP"), "{err}");
@@ -391,14 +383,21 @@ mod tests {
         for _ in 0..=MAX_SPANS_PER_REQUEST {
             scope.extend_from_slice(&[0x12, 0x00]);
         }
-        let mut rs = vec![0x12];
-        prost::encoding::encode_varint(scope.len() as u64, &mut rs);
-        rs.extend(scope);
-        let mut body = vec![0x0a];
-        prost::encoding::encode_varint(rs.len() as u64, &mut body);
-        body.extend(rs);
-        let err = count(&body).unwrap_err();
+        let err = count(&body_of_scope(&scope)).unwrap_err();
         assert!(err.to_string().contains("more than 50000 spans"), "{err}");
+    }
+
+    /// Field `tag` holding `bytes`.
+    fn field(tag: u8, bytes: &[u8]) -> Vec<u8> {
+        let mut out = vec![tag << 3 | 2];
+        prost::encoding::encode_varint(bytes.len() as u64, &mut out);
+        out.extend_from_slice(bytes);
+        out
+    }
+
+    /// A request of one resource whose one scope's fields are `scope`.
+    fn body_of_scope(scope: &[u8]) -> Vec<u8> {
+        field(1, &field(2, scope))
     }
 
     #[test]
