@@ -1,4 +1,4 @@
-//! JSON text written straight into a `String`, byte for byte as `serde_json::to_string` writes
+//! JSON text written straight into a [`Text`], byte for byte as `serde_json::to_string` writes
 //! it: no whitespace, strings escaped as serde_json escapes them, objects in their order.
 //!
 //! A span's `otel_dump` and `attributes` are mostly short keys and strings. Through serde, each

@@ -351,7 +351,7 @@ impl Emit for Dump<'_> {
     }
 }
 
-/// The dump's attributes: nested, or written into their keys' shape.
+/// The dump's attributes or the call's: nested, or written into their keys' shape.
 enum Nested<'a> {
     Tree(Tree<'a>),
     Shaped(&'a Shape, Vec<Leaf<'a>>),
