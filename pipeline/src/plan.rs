@@ -61,8 +61,6 @@ pub(crate) fn plan(
 const FIRST_RESERVE: usize = 64 * 1024;
 /// The most a part's field header takes: its tag and its length.
 const FIELD_HEADER: usize = 1 + 10;
-/// About what a part's fields other than its members take (ids, names, times, headers).
-const PART_FIELDS: usize = 256;
 
 /// Why a part was not planned.
 pub(crate) enum Unplaced {
@@ -130,7 +128,7 @@ impl Planner {
     /// [`Planner::push`] of a part whose members are written straight into its record
     /// ([`append_lazy`]).
     pub(crate) fn push_lazy(&mut self, part: &LazyPart) -> Result<(), Unplaced> {
-        self.place(part.trace_id, part.size() + PART_FIELDS, |payload| append_lazy(payload, part))
+        self.place(part.trace_id, part.size(), |payload| append_lazy(payload, part))
     }
 
     /// Writes a part into the record of the partition of `key`: `write` appends its field to a

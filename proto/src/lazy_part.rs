@@ -12,6 +12,9 @@ use crate::limits;
 use crate::member::write::{Emit, Text};
 use crate::time::Micros;
 
+/// About what a part's fields other than its members take: ids, names, times, field headers.
+const OTHER_FIELDS: usize = 256;
+
 /// A JSON member to write: what writes it, about how long it is, and whether it must be checked
 /// against the nesting bound once written.
 pub struct LazyMember<'e> {
@@ -111,12 +114,12 @@ impl LazyPart<'_> {
         })
     }
 
-    /// About how many bytes its members take.
+    /// About how many bytes it takes encoded: its members, and a guess at its other fields.
     pub fn size(&self) -> usize {
         let (s, e) = (&self.start, &self.end);
         let members = [Some(&s.attributes), Some(&s.inputs), s.otel_dump.as_ref()]
             .into_iter()
             .chain([Some(&e.summary), e.output.as_ref()]);
-        members.flatten().map(|m| m.size).sum()
+        members.flatten().map(|m| m.size).sum::<usize>() + OTHER_FIELDS
     }
 }

@@ -356,7 +356,7 @@ pub fn append_record(value: &mut Vec<u8>, rec: &CallPartRecord) {
 /// `CallPartRecord`. On an error (a member nests too deep), `value` is left as it was.
 pub fn append_lazy(value: &mut Vec<u8>, part: &LazyPart) -> Result<usize, ProtoError> {
     let at = value.len();
-    let written = delimited(value, 1, part.size() + 256, |v| write_lazy(v, part));
+    let written = delimited(value, 1, part.size(), |v| write_lazy(v, part));
     match written {
         Ok(len) => Ok(len),
         Err(e) => {

@@ -208,10 +208,7 @@ impl<'o> Object<'o> {
     /// some thirty such keys, and searching them was two fifths of writing it.
     pub fn field<V: Emit + ?Sized>(&mut self, key: &'static str, value: &V) {
         debug_assert!(special(key.as_bytes()).is_none(), "{key:?} needs escaping");
-        if !self.empty {
-            self.out.push(',');
-        }
-        self.empty = false;
+        self.next();
         self.out.push('"');
         self.out.push_str(key);
         self.out.push_str("\":");
@@ -221,13 +218,18 @@ impl<'o> Object<'o> {
     /// Starts the next member: its key and colon (after a comma when it is not the first). Its
     /// value is to be written into the string returned.
     pub fn key(&mut self, key: &str) -> &mut Text {
+        self.next();
+        string(self.out, key);
+        self.out.push(':');
+        self.out
+    }
+
+    /// The comma before a member that is not the first.
+    fn next(&mut self) {
         if !self.empty {
             self.out.push(',');
         }
         self.empty = false;
-        string(self.out, key);
-        self.out.push(':');
-        self.out
     }
 
     pub fn close(self) {
