@@ -207,4 +207,5 @@ fn main() {
         assert_eq!(out.rejected, 0);
         black_box(&record);
     });
+    println!("{} B per span of Kafka record", record.len() / SPANS);
 }
