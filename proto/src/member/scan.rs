@@ -213,7 +213,17 @@ pub(super) fn special(bytes: &[u8]) -> Option<usize> {
             }
             at += 16;
         }
-        special_8(chunks.remainder()).map(|i| at + i)
+        if chunks.remainder().is_empty() {
+            return None;
+        }
+        // The sixteen bytes that end the text, when there are that many: those before the
+        // remainder were found clean, so the first one found is the remainder's.
+        if let Some(last) = bytes.last_chunk::<16>() {
+            // SAFETY: as above.
+            let found = unsafe { special_16(last) };
+            return (found != 0).then(|| bytes.len() - 16 + found.trailing_zeros() as usize);
+        }
+        special_8(bytes)
     }
     #[cfg(not(target_arch = "x86_64"))]
     special_8(bytes)
@@ -317,20 +327,29 @@ fn special_8(bytes: &[u8]) -> Option<usize> {
     // set bits above the first such byte but never below it, so the lowest bit set is exact.
     let zero = |x: u64| x.wrapping_sub(ONES) & !x & HIGH;
     let below_space = |x: u64| x.wrapping_sub(ONES * 0x20) & !x & HIGH;
+    let found = |chunk: &[u8; 8]| {
+        let x = u64::from_le_bytes(*chunk);
+        zero(x ^ (ONES * u64::from(b'"'))) | zero(x ^ (ONES * u64::from(b'\\'))) | below_space(x)
+    };
     let mut chunks = bytes.chunks_exact(8);
     let mut at = 0;
     for chunk in chunks.by_ref() {
-        let x = u64::from_le_bytes(chunk.try_into().expect("eight bytes"));
-        let found = zero(x ^ (ONES * u64::from(b'"')))
-            | zero(x ^ (ONES * u64::from(b'\\')))
-            | below_space(x);
+        let found = found(chunk.try_into().expect("eight bytes"));
         if found != 0 {
             return Some(at + found.trailing_zeros() as usize / 8);
         }
         at += 8;
     }
-    let tail = chunks.remainder().iter().position(|b| ends_string_text(*b));
-    tail.map(|i| at + i)
+    if chunks.remainder().is_empty() {
+        return None;
+    }
+    // The eight bytes that end the text, when there are that many: those before the remainder
+    // were found clean, and no bit is set below the first byte found.
+    if let Some(last) = bytes.last_chunk::<8>() {
+        let found = found(last);
+        return (found != 0).then(|| bytes.len() - 8 + found.trailing_zeros() as usize / 8);
+    }
+    bytes.iter().position(|b| ends_string_text(*b))
 }
 
 /// Whether `keys` (an object's, all of them) repeats one. The first [`PAIRWISE_KEYS`] were
