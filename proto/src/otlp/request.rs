@@ -138,8 +138,9 @@ impl<'a> Field<'a> {
     fn str(self) -> Result<&'a str, Error> {
         let bytes = self.bytes()?;
         // Most strings of a request are short ASCII: keys, names, short values. simdutf8 hands
-        // strings under 64 bytes to std's byte-at-a-time check; ASCII is checked here a word at
-        // a time instead (docs/benchmarks.md, "Short strings checked as ASCII").
+        // strings under 64 bytes to std's check, which reads them mostly a byte at a time;
+        // ASCII is checked here a word at a time instead (docs/benchmarks.md, "Short strings
+        // checked as ASCII").
         if bytes.len() < 64 && bytes.is_ascii() {
             // SAFETY: ASCII is UTF-8.
             return Ok(unsafe { std::str::from_utf8_unchecked(bytes) });
