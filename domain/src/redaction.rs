@@ -223,7 +223,7 @@ pub fn redact_call_part(part: &mut CallPart) {
         redact_json_text(&mut s.inputs);
         redact_json_text(&mut s.attributes);
         if let Some(d) = &mut s.otel_dump {
-            redact_json_text(d);
+            redact_json_text(d.edit());
         }
         if let Some(name) = &mut s.display_name {
             redact_string(name);

@@ -3,6 +3,8 @@
 //! [`CallPart`] every write path produces, the [`Call`] row every read path returns, and the field
 //! catalog of the query language.
 
+use std::ops::Range;
+
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 use serde_json::{Map, Value};
@@ -245,10 +247,67 @@ pub struct StartPart {
     pub started_at: Micros,
     pub attributes: String,
     pub inputs: String,
-    pub otel_dump: Option<String>,
+    pub otel_dump: Option<OtelDump>,
     pub wb_user_id: Option<String>,
     pub wb_run_id: Option<String>,
     pub wb_run_step: Option<i64>,
+}
+
+/// A call's `otel_dump` text, and where the value of its top-level `resource` member lies in
+/// it when the converter that wrote it kept the place. The SQLite store keeps each project's
+/// resources once (docs/storage.md#otlp-resources); without the place it parses the whole dump
+/// to find the member, which was an eighth of the embedded OTLP path's request threads. Any
+/// change to the text goes through [`OtelDump::edit`], which forgets the place, so a place is
+/// never stale. Two dumps are equal when their texts are.
+#[derive(Debug, Clone)]
+pub struct OtelDump {
+    text: String,
+    resource: Option<Range<usize>>,
+}
+
+impl OtelDump {
+    /// `text` with `resource` as the place of its top-level `resource` member's value; the
+    /// caller wrote both.
+    pub(crate) fn with_resource(text: String, resource: Option<Range<usize>>) -> OtelDump {
+        debug_assert!(resource.as_ref().is_none_or(|r| text.get(r.clone()).is_some()));
+        OtelDump { text, resource }
+    }
+
+    pub fn into_string(self) -> String {
+        self.text
+    }
+
+    /// Where the value of the top-level `resource` member lies, when that is known without
+    /// reading the text.
+    pub fn resource(&self) -> Option<Range<usize>> {
+        self.resource.clone()
+    }
+
+    /// The text, to change: the resource's place is forgotten.
+    pub fn edit(&mut self) -> &mut String {
+        self.resource = None;
+        &mut self.text
+    }
+}
+
+impl std::ops::Deref for OtelDump {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        &self.text
+    }
+}
+
+impl From<String> for OtelDump {
+    fn from(text: String) -> OtelDump {
+        OtelDump { text, resource: None }
+    }
+}
+
+impl PartialEq for OtelDump {
+    fn eq(&self, other: &OtelDump) -> bool {
+        self.text == other.text
+    }
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -338,7 +397,7 @@ impl StartedCall {
                 started_at: self.started_at,
                 attributes: member::object_text("attributes", self.attributes)?,
                 inputs: member::object_text("inputs", self.inputs)?,
-                otel_dump: member::value_text("otel_dump", self.otel_dump)?,
+                otel_dump: member::value_text("otel_dump", self.otel_dump)?.map(OtelDump::from),
                 wb_user_id: wb_user_id.map(str::to_owned),
                 wb_run_id: self.wb_run_id,
                 wb_run_step: self.wb_run_step,
@@ -783,6 +842,17 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    /// Whatever changes a dump's text (redaction) forgets its resource's place.
+    #[test]
+    fn an_edited_dump_forgets_its_resource() {
+        let text = r#"{"name":"x","resource":{"a":1}}"#;
+        let mut dump = OtelDump::with_resource(text.to_owned(), Some(23..30));
+        assert_eq!(&dump[dump.resource().unwrap()], r#"{"a":1}"#);
+        dump.edit().insert(1, ' ');
+        assert_eq!(dump.resource(), None);
+        assert_eq!(dump, OtelDump::from(format!(" {text}").replacen(" {", "{ ", 1)));
+    }
 
     #[test]
     fn trace_name_from_op_refs() {

@@ -6,7 +6,7 @@
 //! written into their record").
 
 use crate::ProjectId;
-use crate::calls::{CallPart, EndPart, StartPart};
+use crate::calls::{CallPart, EndPart, OtelDump, StartPart};
 use crate::error::Result;
 use crate::limits;
 use crate::member::write::{Emit, Text};
@@ -40,9 +40,20 @@ impl LazyMember<'_> {
     }
 
     fn to_text(&self) -> Result<String> {
+        self.written().map(Text::into_string)
+    }
+
+    fn written(&self) -> Result<Text> {
         let mut out = Text::with_capacity(self.size);
         self.write(&mut out)?;
-        Ok(out.into_string())
+        Ok(out)
+    }
+
+    /// Written as an `otel_dump`, with the place of its resource when it marked one.
+    fn to_dump(&self) -> Result<OtelDump> {
+        let out = self.written()?;
+        let resource = out.marked();
+        Ok(OtelDump::with_resource(out.into_string(), resource))
     }
 }
 
@@ -98,7 +109,7 @@ impl LazyPart<'_> {
                 started_at: s.started_at,
                 attributes: s.attributes.to_text()?,
                 inputs: s.inputs.to_text()?,
-                otel_dump: s.otel_dump.as_ref().map(LazyMember::to_text).transpose()?,
+                otel_dump: s.otel_dump.as_ref().map(LazyMember::to_dump).transpose()?,
                 wb_user_id: owned(s.wb_user_id),
                 wb_run_id: owned(s.wb_run_id),
                 wb_run_step: s.wb_run_step,

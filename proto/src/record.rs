@@ -40,7 +40,7 @@
 use prost::Message;
 
 use crate::ProtoError;
-use crate::calls::{CallPart, EndPart, StartPart};
+use crate::calls::{CallPart, EndPart, OtelDump, StartPart};
 use crate::digest::bytes_digest;
 use crate::ids::ProjectId;
 use crate::lazy_part::{LazyMember, LazyPart};
@@ -278,7 +278,7 @@ impl From<CallPart> for CallPartRecord {
                 started_at_us: s.started_at.0,
                 attributes: s.attributes,
                 inputs: s.inputs,
-                otel_dump: s.otel_dump,
+                otel_dump: s.otel_dump.map(OtelDump::into_string),
                 wb_user_id: s.wb_user_id,
                 wb_run_id: s.wb_run_id,
                 wb_run_step: s.wb_run_step,
@@ -314,7 +314,7 @@ impl TryFrom<CallPartRecord> for CallPart {
                 started_at: Micros(s.started_at_us),
                 attributes: s.attributes,
                 inputs: s.inputs,
-                otel_dump: s.otel_dump,
+                otel_dump: s.otel_dump.map(OtelDump::from),
                 wb_user_id: s.wb_user_id,
                 wb_run_id: s.wb_run_id,
                 wb_run_step: s.wb_run_step,

@@ -8,6 +8,8 @@
 //! searched for what must be escaped sixteen bytes at a time ([`super::scan::special`]) and
 //! copied a run at a time, and a writer sizes its buffer once.
 
+use std::ops::Range;
+
 use serde_json::Value;
 
 use super::scan::special;
@@ -21,17 +23,24 @@ pub struct Text {
     buf: Vec<u8>,
     /// Where the text begins in `buf`.
     start: usize,
+    /// Where the last [`Marked`] value written lies in the text.
+    marked: Option<Range<usize>>,
 }
 
 impl Text {
     pub fn with_capacity(capacity: usize) -> Text {
-        Text { buf: Vec::with_capacity(capacity), start: 0 }
+        Text { buf: Vec::with_capacity(capacity), start: 0, marked: None }
     }
 
     /// A text written after what `buf` holds.
     pub fn after(buf: Vec<u8>) -> Text {
         let start = buf.len();
-        Text { buf, start }
+        Text { buf, start, marked: None }
+    }
+
+    /// Where the last [`Marked`] value written lies in the text.
+    pub fn marked(&self) -> Option<Range<usize>> {
+        self.marked.clone()
     }
 
     #[inline]
@@ -184,6 +193,18 @@ pub struct Raw<'a>(pub &'a str);
 impl Emit for Raw<'_> {
     fn emit(&self, out: &mut Text) {
         out.push_str(self.0);
+    }
+}
+
+/// A value whose place in the text is kept ([`Text::marked`]): otel_dump's resource, which the
+/// SQLite store takes out of the dump (`crate::calls::OtelDump`).
+pub struct Marked<T>(pub T);
+
+impl<T: Emit> Emit for Marked<T> {
+    fn emit(&self, out: &mut Text) {
+        let start = out.len();
+        self.0.emit(out);
+        out.marked = Some(start..out.len());
     }
 }
 

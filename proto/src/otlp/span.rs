@@ -18,7 +18,7 @@ use super::tree::{Leaf, Node, Shape, Tree};
 use super::values::{Attr, nested, span_attribute};
 use crate::lazy_part::{LazyEnd, LazyMember, LazyPart, LazyStart};
 use crate::limits;
-use crate::member::write::{Emit, List, Object, Raw, Text};
+use crate::member::write::{Emit, List, Marked, Object, Raw, Text};
 use crate::time::Micros;
 use crate::{ProjectId, ProtoError};
 
@@ -342,7 +342,7 @@ impl Emit for Dump<'_> {
         obj.field("attributes", &self.attributes);
         obj.field("events", &List(&self.events));
         obj.field("links", &List(&self.links));
-        obj.field("resource", &Raw(self.resource.get()));
+        obj.field("resource", &Marked(Raw(self.resource.get())));
         obj.field("scope", self.scope);
         if !self.attributes_moved.is_empty() {
             obj.field("attributes_moved", self.attributes_moved);

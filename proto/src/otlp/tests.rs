@@ -54,11 +54,25 @@ fn convert_both(req: &Value) -> (Converted, Value) {
         convert(&decode_protobuf(&decoded.encode_to_vec()).unwrap(), Some(&project()), Some("u"))
             .unwrap();
     assert_eq!(from_json.parts, from_proto.parts, "protobuf and JSON disagree");
+    from_json.parts.iter().for_each(assert_resource_place);
     let (in_place, in_place_converted) = written_in_place(&Request::from(&decoded));
     assert_eq!(in_place, crate::record::encode_parts(&from_json.parts), "record bytes disagree");
     assert_eq!(in_place_converted.errors, from_json.errors);
     let call = from_json.parts.first().map(part_json).unwrap_or(Value::Null);
     (from_json, call)
+}
+
+/// The place the converter kept for a dump's resource is where reading the dump finds it.
+fn assert_resource_place(p: &CallPart) {
+    #[derive(serde::Deserialize)]
+    struct Member<'a> {
+        #[serde(borrow)]
+        resource: &'a serde_json::value::RawValue,
+    }
+    let Some(dump) = p.start.as_ref().and_then(|s| s.otel_dump.as_ref()) else { return };
+    let found = serde_json::from_str::<Member>(dump).unwrap().resource.get();
+    let start = found.as_ptr() as usize - dump.as_ptr() as usize;
+    assert_eq!(dump.resource(), Some(start..start + found.len()), "{}", &**dump);
 }
 
 /// The record value of the request's calls, each member written straight into it
@@ -107,6 +121,30 @@ fn check(call: &Value, expected: &[(&str, Value)]) {
         let got = call.pointer(pointer).unwrap_or(&Value::Null);
         assert_eq!(got, want, "{pointer} in {call:#}");
     }
+}
+
+/// The resource's place is the top-level member's, with `resource` keys nested in the span's
+/// attributes, the scope's and the resource's own, and without a resource.
+#[test]
+fn the_resource_place_is_the_top_level_members() {
+    let mut req = request(
+        attrs(&[("resource.name", json!("a")), ("x.resource", json!(1))]),
+        json!({"events": [{"name": "resource", "timeUnixNano": "1763700000000000001",
+            "attributes": attrs(&[("resource", json!("e"))])}]}),
+    );
+    req["resourceSpans"][0]["resource"]["attributes"] =
+        attrs(&[("service.name", json!("svc")), ("resource", json!("r"))]);
+    req["resourceSpans"][0]["scopeSpans"][0]["scope"]["attributes"] =
+        attrs(&[("resource", json!("s"))]);
+    let (converted, call) = convert_both(&req);
+    assert_eq!(call["otel_dump"]["resource"]["attributes"]["resource"], json!("r"));
+    let dump = converted.parts[0].start.as_ref().unwrap().otel_dump.as_ref().unwrap();
+    assert!(dump[dump.resource().unwrap()].starts_with(r#"{"attributes":{"service""#));
+
+    req["resourceSpans"][0].as_object_mut().unwrap().remove("resource");
+    let (converted, _) = convert_both(&req);
+    let dump = converted.parts[0].start.as_ref().unwrap().otel_dump.as_ref().unwrap();
+    assert_eq!(&dump[dump.resource().unwrap()], "null");
 }
 
 #[test]

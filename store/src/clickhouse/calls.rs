@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use clickhouse::Row;
 use futures::StreamExt;
 use heddle_proto::ProjectId;
-use heddle_proto::calls::{Call, CallPart, CallsQuery, derive_summary};
+use heddle_proto::calls::{Call, CallPart, CallsQuery, OtelDump, derive_summary};
 use heddle_proto::time::Micros;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
@@ -85,7 +85,7 @@ impl PartRow {
             row.inputs_q = inputs.q;
             row.input_refs = inputs.refs;
             row.inputs = s.inputs;
-            row.otel_dump = s.otel_dump;
+            row.otel_dump = s.otel_dump.map(OtelDump::into_string);
             row.wb_user_id = s.wb_user_id;
             row.wb_run_id = s.wb_run_id;
             row.wb_run_step = s.wb_run_step;

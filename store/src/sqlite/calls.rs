@@ -243,7 +243,7 @@ impl CallStore for SqliteStore {
             parts.iter().map(|p| p.end.as_ref().and_then(EndPart::status)).collect();
         let splits: Vec<_> = parts
             .iter()
-            .map(|p| p.start.as_ref()?.otel_dump.as_deref().and_then(otel_resources::split))
+            .map(|p| p.start.as_ref()?.otel_dump.as_ref().and_then(otel_resources::split))
             .collect();
         let filter = self.ids.clone();
         self.writer
@@ -722,7 +722,8 @@ mod tests {
         let dump = |name: &str| {
             format!(r#"{{"name":"{name}","resource":{resource},"scope":{{"name":"s"}}}}"#)
         };
-        let with_dump = |dump: &str| StartPart { otel_dump: Some(dump.to_owned()), ..start() };
+        let with_dump =
+            |dump: &str| StartPart { otel_dump: Some(dump.to_owned().into()), ..start() };
         let dumps = [
             ("a", dump("first")),
             ("b", dump("second")),

@@ -11,6 +11,7 @@
 
 use std::ops::Range;
 
+use heddle_proto::calls::OtelDump;
 use rusqlite::Connection;
 use serde::Deserialize;
 use serde_json::value::RawValue;
@@ -45,9 +46,10 @@ pub(crate) struct Split {
     pub resource: Range<usize>,
 }
 
-/// Takes the resource out of `dump`; `None` keeps the dump as it is.
-pub(crate) fn split(dump: &str) -> Option<Split> {
-    let resource = resource_span(dump)?;
+/// Takes the resource out of `dump`; `None` keeps the dump as it is. The resource's place is
+/// the one the dump's writer kept, or else read from the dump.
+pub(crate) fn split(dump: &OtelDump) -> Option<Split> {
+    let resource = dump.resource().or_else(|| resource_span(dump))?;
     let text = &dump[resource.clone()];
     if text.len() < SHARED_BYTES || !text.starts_with('{') {
         return None;
@@ -94,7 +96,7 @@ mod tests {
         let dump = format!(
             r#"{{"name":"chat","attributes":{{"resource":1}},"resource":{RESOURCE},"scope":{{"name":"s"}}}}"#
         );
-        let Split { rest, resource } = split(&dump).unwrap();
+        let Split { rest, resource } = split(&dump.clone().into()).unwrap();
         assert_eq!(&dump[resource], RESOURCE);
         assert_eq!(
             rest,
@@ -103,7 +105,7 @@ mod tests {
         assert_eq!(join(&rest, RESOURCE).unwrap(), dump);
         // Whitespace around the value stays where it was.
         let spaced = format!("{{ \"resource\" : {RESOURCE} , \"x\": [1] }}");
-        let Split { rest, resource } = split(&spaced).unwrap();
+        let Split { rest, resource } = split(&spaced.clone().into()).unwrap();
         assert_eq!(join(&rest, &spaced[resource]).unwrap(), spaced);
     }
 
@@ -113,7 +115,7 @@ mod tests {
         let repeated = format!(r#"{{"resource":{RESOURCE},"resource":{RESOURCE}}}"#);
         let not_object = format!(r#"{{"resource":"{}"}}"#, "r".repeat(100));
         for dump in [small, &repeated, &not_object, "[1,2]", "null", r#"{"name":"x"}"#] {
-            assert_eq!(split(dump), None, "{dump}");
+            assert_eq!(split(&dump.to_owned().into()), None, "{dump}");
         }
         // A dump whose resource is not the `null` split left is not joined.
         assert_eq!(join(&format!(r#"{{"resource":{RESOURCE}}}"#), RESOURCE), None);
