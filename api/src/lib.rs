@@ -13,7 +13,7 @@ pub use budget::MemoryBudget;
 pub use error::ApiError;
 pub use extract::{
     EncodedBody, Encoding, Json, JsonBody, RawBody, admit_and_decode, admit_json_shape, blocking,
-    parse,
+    body_text, parse,
 };
 pub use settings::{IngestMetrics, SettingsCache};
 pub use state::{AppState, BodyLimits};

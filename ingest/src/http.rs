@@ -8,7 +8,7 @@ use axum::Router;
 use axum::extract::{Path, State};
 use axum::routing::post;
 use heddle_api::settings::prepare;
-use heddle_api::{ApiError, AppState, Json, JsonBody, Principal, parse};
+use heddle_api::{ApiError, AppState, Json, JsonBody, Principal, body_text, parse};
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{
     CallEndReq, CallPart, CallStartReq, CallStartRes, CompleteCall, UpsertItem,
@@ -50,7 +50,7 @@ fn parse_batch<T: DeserializeOwned>(
     body: &[u8],
     into_part: impl Fn(T) -> Result<CallPart, heddle_proto::ProtoError>,
 ) -> Result<Vec<CallPart>, ApiError> {
-    let items: Vec<Result<T, String>> = match serde_json::from_slice::<Batch<T>>(body) {
+    let items: Vec<Result<T, String>> = match serde_json::from_str::<Batch<T>>(body_text(body)?) {
         Ok(Batch { batch }) => batch.into_iter().map(Ok).collect(),
         Err(_) => parse::<RawBatch>(body)?
             .batch

@@ -16,6 +16,7 @@ mod scan;
 pub mod write;
 
 pub use exact::repeats_a_key;
+pub(crate) use scan::Specials;
 
 use serde_json::Value;
 use serde_json::value::RawValue;

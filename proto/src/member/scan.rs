@@ -233,7 +233,7 @@ pub(super) fn special(bytes: &[u8]) -> Option<usize> {
 /// message has an escape every few words (a quote, a newline), so a string's runs are shorter
 /// than a block: each byte after the first in a block is then found with a shift, where a new
 /// search would load and compare its bytes again.
-struct Specials<'t> {
+pub(crate) struct Specials<'t> {
     text: &'t [u8],
     /// Where the block starts: bit `i` of `mask` is set when byte `base + i` ends string text.
     base: usize,
@@ -241,7 +241,7 @@ struct Specials<'t> {
 }
 
 impl<'t> Specials<'t> {
-    fn new(text: &'t [u8]) -> Specials<'t> {
+    pub(crate) fn new(text: &'t [u8]) -> Specials<'t> {
         let mut s = Specials { text, base: 0, mask: 0 };
         s.load(0);
         s
@@ -249,7 +249,7 @@ impl<'t> Specials<'t> {
 
     /// The first byte at or after `at` that ends string text.
     #[inline]
-    fn next(&mut self, at: usize) -> Option<usize> {
+    pub(crate) fn next(&mut self, at: usize) -> Option<usize> {
         if at < self.base || at - self.base >= 64 {
             self.load(at);
         }
