@@ -2,8 +2,9 @@
 //!
 //! Properties (docs/fuzzing.md): nothing panics; the walk accepts exactly what parsing into
 //! values accepts within the member's depth bound; what is stored parses into the same value as
-//! what was sent; text stored as sent is byte for byte the text sent; and stored text has no
-//! object that repeats a key.
+//! what was sent; text stored as sent is byte for byte the text sent; stored text has no
+//! object that repeats a key; and the shape a body is charged by before it is parsed
+//! (`limits::json_shape`) is the parsed value's, where no object repeats a key.
 #![no_main]
 
 use heddle_proto::{limits, member};
@@ -21,6 +22,13 @@ fuzz_target!(|data: &[u8]| {
             Err("too deep".to_owned())
         }
     });
+    // A parsed object keeps one member per key: the text's shape is the value's when no object
+    // repeats one.
+    if let (Ok(v), Some(false)) = (&parsed, member::repeats_a_key(text)) {
+        let mut want = limits::JsonShape::default();
+        shape_of(v, 0, &mut want);
+        assert_eq!(limits::json_shape(data, usize::MAX), want, "{text:?}");
+    }
     // As a member arrives: a RawValue cut from the body (syntax checked, escapes not).
     let Ok(raw) = serde_json::from_str::<Box<RawValue>>(text) else {
         assert!(parsed.is_err(), "values accept what a RawValue refuses: {text:?}");
@@ -46,3 +54,17 @@ fuzz_target!(|data: &[u8]| {
         (parsed, stored) => panic!("{text:?}: values {parsed:?}, member {stored:?}"),
     }
 });
+
+/// The shape of a parsed value, as `limits::json_shape` finds it in the text.
+fn shape_of(v: &Value, depth: usize, s: &mut limits::JsonShape) {
+    s.values += 1;
+    let items: Vec<&Value> = match v {
+        Value::Array(a) => a.iter().collect(),
+        Value::Object(o) => o.values().collect(),
+        _ => return,
+    };
+    s.containers += 1;
+    s.depth = s.depth.max(depth + 1);
+    s.widest = s.widest.max(items.len());
+    items.into_iter().for_each(|c| shape_of(c, depth + 1, s));
+}
