@@ -245,11 +245,17 @@ impl<'a> Attributes<'a> {
             .map(|v| Leaf::Value(Cow::Owned(v)))
     }
 
-    /// The first key of `rule` present, marked as used.
+    /// The first key of `rule` present, marked as used. Most rules have none of their keys in a
+    /// span: that test is made where it is asked, and only a rule that has one is looked up.
+    #[inline]
     pub fn take_first(&self, used: &mut KeySet, rule: &Rule) -> Option<(&'static str, Leaf<'_>)> {
         if !self.matched.present.meets(rule.set) {
             return None;
         }
+        self.take_present(used, rule)
+    }
+
+    fn take_present(&self, used: &mut KeySet, rule: &Rule) -> Option<(&'static str, Leaf<'_>)> {
         let (id, v) = rule.keys.iter().find_map(|id| self.get(*id).map(|v| (*id, v)))?;
         used.insert(id);
         Some((RULES.name(id), v))
