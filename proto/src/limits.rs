@@ -117,6 +117,28 @@ pub struct JsonShape {
     pub widest: usize,
 }
 
+impl JsonShape {
+    /// The shape of a parsed value: what [`json_shape`] finds in its text when no object of it
+    /// repeats a key (a parsed object keeps one member per key).
+    pub fn of(v: &Value) -> JsonShape {
+        let mut shape = JsonShape::default();
+        let mut stack = vec![(v, 0)];
+        while let Some((v, depth)) = stack.pop() {
+            shape.values += 1;
+            let items: Vec<&Value> = match v {
+                Value::Array(a) => a.iter().collect(),
+                Value::Object(o) => o.values().collect(),
+                _ => continue,
+            };
+            shape.containers += 1;
+            shape.depth = shape.depth.max(depth + 1);
+            shape.widest = shape.widest.max(items.len());
+            stack.extend(items.into_iter().map(|c| (c, depth + 1)));
+        }
+        shape
+    }
+}
+
 /// The [`JsonShape`] of `text`; counting stops once the depth passes `stop_at`.
 pub fn json_shape(text: &[u8], stop_at: usize) -> JsonShape {
     let mut shape = JsonShape::default();
@@ -300,18 +322,6 @@ mod tests {
     /// the string search reads, is what the parsed value has.
     #[test]
     fn shape_is_the_parsed_values() {
-        fn shape_of(v: &Value, depth: usize, s: &mut JsonShape) {
-            s.values += 1;
-            let items: Vec<&Value> = match v {
-                Value::Array(a) => a.iter().collect(),
-                Value::Object(o) => o.values().collect(),
-                _ => return,
-            };
-            s.containers += 1;
-            s.depth = s.depth.max(depth + 1);
-            s.widest = s.widest.max(items.len());
-            items.into_iter().for_each(|c| shape_of(c, depth + 1, s));
-        }
         const PIECES: &[&str] =
             &["a", "\\\"", "\\\\", "\\n", "\\u00e9", "é", "[{,:}]", "0123456789abcdef", " "];
         fn string(r: &mut fastrand::Rng, out: &mut String) {
@@ -349,9 +359,7 @@ mod tests {
             let mut text = String::new();
             value(&mut r, &mut text, 5);
             let parsed: Value = serde_json::from_str(&text).expect(&text);
-            let mut want = JsonShape::default();
-            shape_of(&parsed, 0, &mut want);
-            assert_eq!(json_shape(text.as_bytes(), 10), want, "{text}");
+            assert_eq!(json_shape(text.as_bytes(), 10), JsonShape::of(&parsed), "{text}");
         }
     }
 
