@@ -362,10 +362,23 @@ impl CallPart {
 
 /// Call ids are opaque strings, but bounded and printable.
 fn check_id(what: &str, id: &str) -> Result<(), ProtoError> {
-    if id.is_empty() || id.len() > 256 || id.chars().any(char::is_control) {
+    if id.is_empty() || id.len() > 256 || has_control(id) {
         return Err(ProtoError::invalid(format!("invalid {what} {id:?}")));
     }
     Ok(())
+}
+
+/// Whether `s` holds a control character (`char::is_control`). Ids are nearly always printable
+/// ASCII, which is told without decoding characters one by one: that was 2.6% of reading a
+/// calls batch (`calls_parse`).
+fn has_control(s: &str) -> bool {
+    // Sixteen bytes at a time, each a test without a branch: printable ASCII is 0x20..=0x7e.
+    let printable =
+        |chunk: &[u8]| chunk.iter().fold(true, |ok, b| ok & (b.wrapping_sub(0x20) < 0x5f));
+    if s.as_bytes().chunks(16).all(printable) {
+        return false;
+    }
+    s.chars().any(char::is_control)
 }
 
 fn check_opt_id(what: &str, id: &Option<String>) -> Result<(), ProtoError> {
@@ -842,6 +855,15 @@ mod tests {
     use serde_json::json;
 
     use super::*;
+
+    #[test]
+    fn control_characters_are_found_in_ascii_and_beyond() {
+        for c in (0..0x250u32).filter_map(char::from_u32) {
+            for s in [c.to_string(), format!("id-{c}"), format!("{c}é"), format!("é{c}-x")] {
+                assert_eq!(has_control(&s), s.chars().any(char::is_control), "{s:?}");
+            }
+        }
+    }
 
     /// Whatever changes a dump's text (redaction) forgets its resource's place.
     #[test]
