@@ -125,15 +125,15 @@ impl JsonShape {
         let mut stack = vec![(v, 0)];
         while let Some((v, depth)) = stack.pop() {
             shape.values += 1;
-            let items: Vec<&Value> = match v {
-                Value::Array(a) => a.iter().collect(),
-                Value::Object(o) => o.values().collect(),
+            let before = stack.len();
+            match v {
+                Value::Array(a) => stack.extend(a.iter().map(|c| (c, depth + 1))),
+                Value::Object(o) => stack.extend(o.values().map(|c| (c, depth + 1))),
                 _ => continue,
-            };
+            }
             shape.containers += 1;
             shape.depth = shape.depth.max(depth + 1);
-            shape.widest = shape.widest.max(items.len());
-            stack.extend(items.into_iter().map(|c| (c, depth + 1)));
+            shape.widest = shape.widest.max(stack.len() - before);
         }
         shape
     }

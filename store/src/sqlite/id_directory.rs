@@ -158,11 +158,7 @@ impl<'a> Known<'a> {
             Some((_, ids)) => {
                 ids.insert(Cow::Borrowed(id), found);
             }
-            None => {
-                let mut ids = Ids::default();
-                ids.insert(Cow::Borrowed(id), found);
-                self.by_project.push((project, ids));
-            }
+            None => self.by_project.push((project, Ids::from_iter([(Cow::Borrowed(id), found)]))),
         }
     }
 }
