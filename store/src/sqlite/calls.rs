@@ -1,6 +1,9 @@
 //! Calls on SQLite: one row per call in `calls`, upserted part by part; queries rendered by
 //! [`super::compile`].
 
+use std::collections::HashMap;
+use std::hash::Hash;
+
 use async_trait::async_trait;
 use heddle_proto::ProjectId;
 use heddle_proto::calls::{Call, CallPart, CallsQuery, EndPart, derive_summary};
@@ -15,7 +18,7 @@ use super::project_keys::{self, key_of};
 use super::values::{empty_object, raw};
 use super::writer::{WriteConn, backend};
 use super::{SqliteStore, sql};
-use super::{otel_resources, text_index};
+use super::{op_keys, otel_resources, text_index};
 use crate::otel_logs::merge_span_logs;
 use crate::{CallStore, CallStream, Result};
 
@@ -28,17 +31,19 @@ use crate::{CallStore, CallStream, Result};
 /// ?1 is the project's key ([`project_keys`]). ?21 is the end part's name. ?23 is the bucket of
 /// the existing row, found by id ([`Known`]), or else of a new row
 /// ([`id_directory::bucket_for_new_rows`]). ?24 is the id of the resource taken out of the
-/// dump, ?12 ([`otel_resources`]).
+/// dump, ?12 ([`otel_resources`]). ?25 is the key of the op named ?4 ([`op_keys`]).
 const UPSERT_CALL_PART: &str = "
 INSERT INTO calls (project_key, id, trace_id, op_name, display_name, parent_id, thread_id, turn_id,
                    started_at, attributes, inputs, otel_dump, wb_user_id, wb_run_id, wb_run_step,
                    ended_at, summary, output, exception, wb_run_step_end, name_updated, end_status,
-                   bucket, otel_resource)
+                   bucket, otel_resource, op_key)
 VALUES (?1, ?2, ?3, ?4, COALESCE(NULLIF(?21, ''), NULLIF(?5, '')), ?6, ?7, ?8, ?9, ?10, ?11, ?12,
-        ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2), ?22, ?23, ?24)
+        ?13, ?14, ?15, ?16, ?17, ?18, ?19, ?20, IIF(NULLIF(?21, '') IS NULL, 0, 2), ?22, ?23, ?24,
+        ?25)
 ON CONFLICT (project_key, bucket, id) DO UPDATE SET
     trace_id        = COALESCE(excluded.trace_id, calls.trace_id),
     op_name         = IIF(excluded.started_at IS NULL, calls.op_name, excluded.op_name),
+    op_key          = IIF(excluded.started_at IS NULL, calls.op_key, excluded.op_key),
     display_name    = CASE
                         WHEN calls.name_updated = 1 THEN calls.display_name
                         WHEN excluded.name_updated = 2 THEN excluded.display_name
@@ -115,18 +120,21 @@ struct Dump<'a> {
     resource: Option<i64>,
 }
 
+/// The ids a batch has made, by what they were made for.
+type Made<K> = HashMap<K, i64, foldhash::fast::RandomState>;
+
 /// The id `make` gives `key`, made once per batch: a batch's parts mostly share a few keys (a
-/// project, a resource), found here by comparing them, not by a statement.
-fn once_per_batch<K: Copy + PartialEq>(
-    made: &mut Vec<(K, i64)>,
+/// project, an op, a resource), found here by hashing them, not by a statement.
+fn once_per_batch<K: Copy + Eq + Hash>(
+    made: &mut Made<K>,
     key: K,
     make: impl FnOnce(K) -> rusqlite::Result<i64>,
 ) -> rusqlite::Result<i64> {
-    if let Some(&(_, id)) = made.iter().find(|(k, _)| *k == key) {
+    if let Some(&id) = made.get(&key) {
         return Ok(id);
     }
     let id = make(key)?;
-    made.push((key, id));
+    made.insert(key, id);
     Ok(id)
 }
 
@@ -140,6 +148,7 @@ fn upsert_part(
     end_status: Option<&'static str>,
     Place { project, bucket }: Place,
     dump: Dump<'_>,
+    op: Option<i64>,
 ) -> rusqlite::Result<()> {
     let s = p.start.as_ref();
     let e = p.end.as_ref();
@@ -170,6 +179,7 @@ fn upsert_part(
             end_status.into(),
             Param::Int(bucket),
             dump.resource.into(),
+            op.into(),
         ],
     )?;
     Ok(())
@@ -252,10 +262,10 @@ impl CallStore for SqliteStore {
                 filter.start_job(conn).map_err(backend)?;
                 // New rows of a batch are consecutive: their blocks are listed once each, and
                 // they share a bucket, listed once for each project, whose key is looked up
-                // once; so is each resource.
+                // once; so is each op's and each resource.
                 let mut listed = None;
                 let bucket = id_directory::bucket_for_new_rows(conn).map_err(backend)?;
-                let mut projects = Vec::new();
+                let mut projects = Made::default();
                 let keys = parts
                     .iter()
                     .map(|p| {
@@ -273,7 +283,7 @@ impl CallStore for SqliteStore {
                     .map(|(&key, p)| (key, p.id.as_str()))
                     .filter(|&(key, id)| filter.may_hold(key, id));
                 let mut known = Known::look_up(conn, ids).map_err(backend)?;
-                let mut resources = Vec::new();
+                let (mut ops, mut resources) = (Made::default(), Made::default());
                 for (((p, &project), &status), split) in
                     parts.iter().zip(&keys).zip(&statuses).zip(&splits)
                 {
@@ -289,9 +299,19 @@ impl CallStore for SqliteStore {
                         }
                         _ => Dump { text: whole, resource: None },
                     };
+                    let op = p
+                        .start
+                        .as_ref()
+                        .map(|s| {
+                            once_per_batch(&mut ops, (project, s.op_name.as_str()), |(p, name)| {
+                                op_keys::key(conn, p, name)
+                            })
+                        })
+                        .transpose()
+                        .map_err(backend)?;
                     let found = known.get(project, &p.id);
                     let place = Place { project, bucket: found.map_or(bucket, |f| f.bucket) };
-                    upsert_part(conn, p, status, place, dump).map_err(backend)?;
+                    upsert_part(conn, p, status, place, dump, op).map_err(backend)?;
                     let rowid = match found {
                         Some(found) => found.rowid,
                         None => {
@@ -710,6 +730,68 @@ mod tests {
             .unwrap();
         let want = [("e/p", 0), ("e/p", 2), ("e/q", 1), ("f/p", 2)];
         assert_eq!(listed, want.map(|(p, b)| (p.to_owned(), b)));
+    }
+
+    /// Migration 22 gives each op of an existing database its key, per project: a filter on op
+    /// names finds the rows written before it and after it, and no other project's.
+    #[tokio::test]
+    async fn migration_22_keys_every_op_of_an_existing_database() {
+        let dir = tempfile::tempdir().unwrap();
+        let op = |project: &str, name: &str| format!("weave:///{project}/op/{name}:d1");
+        {
+            let conn = migrations::database_at(dir.path(), 21);
+            conn.execute_batch("INSERT INTO project_keys VALUES (1, 'e/p'), (2, 'e/q')").unwrap();
+            let insert = "INSERT INTO calls (project_key, id, trace_id, op_name, started_at, \
+                          attributes, inputs, bucket) VALUES (?1, ?2, 't', ?3, 1, '{}', '{}', 0)";
+            for (key, id, name) in [
+                (1, "a", Some(op("e/p", "alpha"))),
+                (1, "b", Some(op("e/p", "beta"))),
+                (2, "c", Some(op("e/p", "alpha"))),
+                (1, "renamed-only", None),
+            ] {
+                conn.execute(insert, params![key, id, name]).unwrap();
+            }
+        }
+        let store = SqliteStore::open(dir.path(), SqliteOptions::default()).unwrap();
+        let mut later = part("d", Some(start()), None);
+        later.start.as_mut().unwrap().op_name = op("e/p", "alpha");
+        store.apply_call_parts(vec![later]).await.unwrap();
+        let by_ops = |project: &str, names: serde_json::Value| {
+            serde_json::from_value::<CallsQueryReq>(
+                json!({"project_id": project, "filter": {"op_names": names}}),
+            )
+            .unwrap()
+            .validate()
+            .unwrap()
+        };
+        let cases = [
+            ("e/p", json!([op("e/p", "alpha")]), vec!["a", "d"]),
+            ("e/p", json!([op("e/p", "beta")]), vec!["b"]),
+            ("e/p", json!(["weave:///e/p/op/alpha:*"]), vec!["a", "d"]),
+            ("e/p", json!(["weave:///e/p/op/*", op("e/p", "beta")]), vec!["b"]),
+            ("e/p", json!(["weave:///e/p/op/beta:*", op("e/p", "alpha")]), vec!["a", "b", "d"]),
+            ("e/q", json!([op("e/p", "alpha")]), vec!["c"]),
+            ("e/q", json!([op("e/p", "beta")]), vec![]),
+        ];
+        for (project, names, want) in cases {
+            let q = by_ops(project, names.clone());
+            assert_eq!(ids(&store, q.clone()).await, want, "{project} {names}");
+            assert_eq!(store.count_calls(q).await.unwrap(), want.len() as u64, "{project} {names}");
+        }
+        let keys: Vec<(String, Option<i64>)> = store
+            .read(|c| {
+                let mut st =
+                    c.prepare("SELECT id, op_key FROM calls ORDER BY id").map_err(backend)?;
+                let rows = st.query_map([], |r| Ok((r.get(0)?, r.get(1)?)));
+                rows.and_then(Iterator::collect).map_err(backend)
+            })
+            .await
+            .unwrap();
+        let key = |id: &str| keys.iter().find(|(i, _)| i == id).unwrap().1;
+        assert_eq!(key("a"), key("d"), "a later call of an op takes the op's key");
+        assert_ne!(key("a"), key("c"), "each project has its own keys");
+        assert_ne!(key("a"), key("b"));
+        assert_eq!(key("renamed-only"), None);
     }
 
     /// Spans sharing a resource store it once and read back their dumps as written, whatever

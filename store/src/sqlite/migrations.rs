@@ -27,6 +27,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0019_turns_by_bucket.sql"),
     include_str!("migrations/0020_id_directory.sql"),
     include_str!("migrations/0021_writer_generation.sql"),
+    include_str!("migrations/0022_op_keys.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -87,6 +88,7 @@ mod tests {
                 "call_buckets",
                 "call_ids",
                 "call_ids_merged",
+                "call_ops",
                 "calls",
                 "calls_text",
                 // FTS5's own tables behind `calls_text`.

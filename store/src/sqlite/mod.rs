@@ -23,6 +23,7 @@ pub mod functions;
 mod keys;
 pub mod migrations;
 mod objects;
+mod op_keys;
 mod otel_logs;
 mod otel_resources;
 mod project_keys;
