@@ -118,13 +118,37 @@ pub(crate) fn query(needle: &str, case_insensitive: bool) -> Option<String> {
 /// them once in 10^13; a block with 30,000 (dense multilingual text), once in 4 million.
 const HASH_BITS: u32 = 18;
 
+/// The bits of three characters of 21 bits each.
+const WINDOW_MASK: u64 = (1 << 63) - 1;
+
+/// `window` with the code point `c` (below 2^21) after its last two characters.
+#[inline]
+fn slide(window: u64, c: u32) -> u64 {
+    ((window << 21) | u64::from(c)) & WINDOW_MASK
+}
+
+/// Lists the trigram `window` by its hash, unless `seen` has it.
+#[inline]
+fn list(seen: &mut [u64; SEEN_WORDS], listed: &mut Vec<u32>, window: u64) {
+    let h = (window.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HASH_BITS)) as u32;
+    let (word, bit) = ((h >> 6) as usize, 1u64 << (h & 63));
+    if seen[word] & bit == 0 {
+        seen[word] |= bit;
+        listed.push(h);
+    }
+}
+
+/// Words of the bitmap of hashes a set has listed.
+const SEEN_WORDS: usize = 1 << (HASH_BITS - 6);
+
 /// The distinct trigram hashes of a block's texts, or of a needle.
 pub(crate) struct Trigrams {
     /// Bit `h` is set once hash `h` is listed.
-    seen: Vec<u64>,
+    seen: Box<[u64; SEEN_WORDS]>,
     /// The hashes listed, in the order first seen.
     listed: Vec<u32>,
-    window: [u32; 3],
+    /// The last three characters pushed, 21 bits each, the oldest highest.
+    window: u64,
     filled: usize,
     /// Characters read.
     chars: usize,
@@ -135,9 +159,9 @@ pub(crate) struct Trigrams {
 impl Default for Trigrams {
     fn default() -> Self {
         Trigrams {
-            seen: vec![0; 1 << (HASH_BITS - 6)],
+            seen: Box::new([0; SEEN_WORDS]),
             listed: Vec::new(),
-            window: [0; 3],
+            window: 0,
             filled: 0,
             chars: 0,
             matches_all: false,
@@ -155,31 +179,31 @@ impl Trigrams {
         self.matches_all = false;
     }
 
-    fn push(&mut self, c: char) {
-        self.window = [self.window[1], self.window[2], c as u32];
+    /// A character, lower-cased, as a code point: below 2^21.
+    #[inline]
+    fn push(&mut self, c: u32) {
+        self.window = slide(self.window, c);
         self.filled += 1;
         if self.filled >= 3 {
-            let packed = (u64::from(self.window[0]) << 42)
-                | (u64::from(self.window[1]) << 21)
-                | u64::from(self.window[2]);
-            let h = (packed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HASH_BITS)) as u32;
-            let (word, bit) = ((h >> 6) as usize, 1u64 << (h & 63));
-            if self.seen[word] & bit == 0 {
-                self.seen[word] |= bit;
-                self.listed.push(h);
-            }
+            list(&mut self.seen, &mut self.listed, self.window);
         }
     }
 
     fn add_char(&mut self, c: char) {
-        self.chars += 1;
         if c.is_ascii() {
-            self.push(c.to_ascii_lowercase());
+            self.add_ascii(c as u8);
         } else {
+            self.chars += 1;
             for l in c.to_lowercase() {
-                self.push(l);
+                self.push(l as u32);
             }
         }
+    }
+
+    #[inline]
+    fn add_ascii(&mut self, b: u8) {
+        self.chars += 1;
+        self.push(u32::from(b.to_ascii_lowercase()));
     }
 
     fn add_text(&mut self, text: impl Iterator<Item = char>) {
@@ -194,11 +218,65 @@ impl Trigrams {
         if self.matches_all {
             return;
         }
-        if decode_json(json, |c| self.add_char(c)).is_none() {
+        if self.add_decoded(json).is_none() {
             self.matches_all = true;
         }
         // Trigrams never span two texts: each is a value's run on its own.
         self.filled = 0;
+    }
+
+    /// Adds the characters of `json` with its strings' escapes decoded; `None` for an escape
+    /// JSON does not have. Byte by byte: a member is mostly ASCII, which needs no decoding, and
+    /// reading it as characters was most of the time the index took to build.
+    fn add_decoded(&mut self, json: &str) -> Option<()> {
+        let bytes = json.as_bytes();
+        let (mut i, mut in_string) = (0, false);
+        loop {
+            i = self.add_plain_run(bytes, i);
+            let Some(&b) = bytes.get(i) else { break };
+            if !b.is_ascii() {
+                let c = json[i..].chars().next()?;
+                i += c.len_utf8();
+                self.add_char(c);
+                continue;
+            }
+            i += 1;
+            match b {
+                b'\\' if in_string => {
+                    let (c, used) = unescape(&json[i..])?;
+                    i += used;
+                    self.add_char(c);
+                }
+                b'"' => {
+                    in_string = !in_string;
+                    self.add_ascii(b);
+                }
+                _ => self.add_ascii(b),
+            }
+        }
+        Some(())
+    }
+
+    /// Adds the run of ASCII bytes other than quotes and backslashes that starts at `bytes[i]`,
+    /// and returns where it ends: most of a member, read with the window in a register.
+    #[inline]
+    fn add_plain_run(&mut self, bytes: &[u8], mut i: usize) -> usize {
+        let (start, mut window, mut filled) = (i, self.window, self.filled);
+        let (seen, listed) = (&mut self.seen, &mut self.listed);
+        while let Some(&b) = bytes.get(i) {
+            if !b.is_ascii() || b == b'"' || b == b'\\' {
+                break;
+            }
+            window = slide(window, u32::from(b.to_ascii_lowercase()));
+            filled += 1;
+            if filled >= 3 {
+                list(seen, listed, window);
+            }
+            i += 1;
+        }
+        (self.window, self.filled) = (window, filled);
+        self.chars += i - start;
+        i
     }
 
     /// The block's FTS5 text: one word per trigram.
@@ -224,51 +302,39 @@ fn push_word(out: &mut String, mut h: u32) {
     }
 }
 
-/// Calls `emit` with the characters of `json`, each string's escapes decoded (`\n` a newline,
-/// `\u00e9` an é, a surrogate pair one character). `None` on an escape JSON does not have or a
-/// lone surrogate: the stored members are valid JSON, so this is only a guard.
-fn decode_json(json: &str, mut emit: impl FnMut(char)) -> Option<()> {
-    let mut chars = json.chars();
-    let mut in_string = false;
-    while let Some(c) = chars.next() {
-        match (in_string, c) {
-            (true, '\\') => {
-                let decoded = match chars.next()? {
-                    '"' => '"',
-                    '\\' => '\\',
-                    '/' => '/',
-                    'b' => '\u{8}',
-                    'f' => '\u{c}',
-                    'n' => '\n',
-                    'r' => '\r',
-                    't' => '\t',
-                    'u' => {
-                        let unit = hex4(&mut chars)?;
-                        if (0xD800..0xDC00).contains(&unit) {
-                            if chars.next()? != '\\' || chars.next()? != 'u' {
-                                return None;
-                            }
-                            let low = hex4(&mut chars)?;
-                            if !(0xDC00..0xE000).contains(&low) {
-                                return None;
-                            }
-                            char::from_u32(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00))?
-                        } else {
-                            char::from_u32(unit)?
-                        }
-                    }
-                    _ => return None,
-                };
-                emit(decoded);
+/// The character an escape of a JSON string stands for (`\n` a newline, `\u00e9` an é, a
+/// surrogate pair one character), `rest` being the text after its backslash, and the bytes of
+/// `rest` the escape takes. `None` for an escape JSON does not have or a lone surrogate: the
+/// stored members are valid JSON, so this is only a guard.
+fn unescape(rest: &str) -> Option<(char, usize)> {
+    let mut chars = rest.chars();
+    let decoded = match chars.next()? {
+        '"' => '"',
+        '\\' => '\\',
+        '/' => '/',
+        'b' => '\u{8}',
+        'f' => '\u{c}',
+        'n' => '\n',
+        'r' => '\r',
+        't' => '\t',
+        'u' => {
+            let unit = hex4(&mut chars)?;
+            if (0xD800..0xDC00).contains(&unit) {
+                if chars.next()? != '\\' || chars.next()? != 'u' {
+                    return None;
+                }
+                let low = hex4(&mut chars)?;
+                if !(0xDC00..0xE000).contains(&low) {
+                    return None;
+                }
+                char::from_u32(0x10000 + ((unit - 0xD800) << 10) + (low - 0xDC00))?
+            } else {
+                char::from_u32(unit)?
             }
-            (_, '"') => {
-                in_string = !in_string;
-                emit(c);
-            }
-            _ => emit(c),
         }
-    }
-    Some(())
+        _ => return None,
+    };
+    Some((decoded, rest.len() - chars.as_str().len()))
 }
 
 fn hex4(chars: &mut std::str::Chars<'_>) -> Option<u32> {
@@ -449,9 +515,28 @@ pub(crate) fn idle_work() -> impl FnMut(&mut Connection, Pause) -> Idle + Send {
 mod tests {
     use super::*;
 
+    /// `json` read as characters, each string's escapes decoded: the text whose trigrams the
+    /// index lists.
     fn decoded(json: &str) -> Option<String> {
-        let mut s = String::new();
-        decode_json(json, |c| s.push(c)).map(|()| s)
+        let mut out = String::new();
+        let (mut it, mut in_string) = (json.chars(), false);
+        while let Some(c) = it.next() {
+            let c = match (in_string, c) {
+                (true, '\\') => {
+                    let rest = it.as_str();
+                    let (c, used) = unescape(rest)?;
+                    it = rest[used..].chars();
+                    c
+                }
+                (_, '"') => {
+                    in_string = !in_string;
+                    c
+                }
+                _ => c,
+            };
+            out.push(c);
+        }
+        Some(out)
     }
 
     #[test]
@@ -486,6 +571,88 @@ mod tests {
             .map(|n| n.to_string())
             .unwrap();
         assert_eq!(words, "2");
+    }
+
+    /// The trigrams of `texts` as the index defines them, spelled out one step at a time: each
+    /// text [`decoded`], each character lower-cased on its own, and every three consecutive ones
+    /// hashed. `None` when a text has an escape JSON does not have.
+    fn trigrams_by_definition(texts: &[&str]) -> Option<(Vec<u32>, usize)> {
+        let (mut listed, mut chars) = (Vec::new(), 0);
+        for text in texts {
+            let text = decoded(text)?;
+            chars += text.chars().count();
+            let points: Vec<u32> =
+                text.chars().flat_map(char::to_lowercase).map(u32::from).collect();
+            for w in points.windows(3) {
+                let packed = (u64::from(w[0]) << 42) | (u64::from(w[1]) << 21) | u64::from(w[2]);
+                let h = (packed.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - HASH_BITS)) as u32;
+                if !listed.contains(&h) {
+                    listed.push(h);
+                }
+            }
+        }
+        Some((listed, chars))
+    }
+
+    /// Reading a member byte by byte lists the trigrams the definition gives, in the same
+    /// order, and counts the same characters, over random texts of ASCII, wider characters and
+    /// escapes, some of them broken.
+    #[test]
+    fn members_read_by_bytes_give_the_defined_trigrams() {
+        const PIECES: &[&str] = &[
+            "a",
+            "B",
+            "k",
+            " ",
+            "\"",
+            "{",
+            ":",
+            "1",
+            "é",
+            "É",
+            "ß",
+            "Σ",
+            "\u{130}",
+            "\u{212A}",
+            "😀",
+            "\\n",
+            "\\\"",
+            "\\\\",
+            "\\/",
+            "\\u00e9",
+            "\\u212A",
+            "\\ud83d\\ude00",
+            "\\u0041",
+            "\\x",
+            "\\ud83d",
+            "\\u12",
+            "\\",
+        ];
+        let mut rng = fastrand::Rng::with_seed(11);
+        let (mut compared, mut refused) = (0, 0);
+        for _ in 0..5_000 {
+            let texts: Vec<String> = (0..1 + rng.usize(..3))
+                .map(|_| (0..rng.usize(..40)).map(|_| PIECES[rng.usize(..PIECES.len())]).collect())
+                .collect();
+            let texts: Vec<&str> = texts.iter().map(String::as_str).collect();
+            let mut g = Trigrams::default();
+            for t in &texts {
+                g.add_json(t);
+            }
+            match trigrams_by_definition(&texts) {
+                Some((listed, chars)) => {
+                    assert!(!g.matches_all, "{texts:?}");
+                    assert_eq!(g.listed, listed, "{texts:?}");
+                    assert_eq!(g.chars, chars, "{texts:?}");
+                    compared += 1;
+                }
+                None => {
+                    assert!(g.matches_all, "{texts:?}");
+                    refused += 1;
+                }
+            }
+        }
+        assert!(compared > 1_000 && refused > 1_000, "{compared} {refused}");
     }
 
     #[test]
