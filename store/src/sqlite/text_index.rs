@@ -138,6 +138,21 @@ fn list(seen: &mut [u64; SEEN_WORDS], listed: &mut Vec<u32>, window: u64) {
     }
 }
 
+/// For each byte, its lower case if it is plain, else 0: plain bytes are the ASCII ones other
+/// than NUL, quotes and backslashes, which stand for themselves wherever they are in a member.
+/// The others go through the decoding path, which takes any byte.
+const PLAIN_LOWER: [u8; 256] = {
+    let mut table = [0; 256];
+    let mut b = 1;
+    while b < 128 {
+        if b != b'"' as usize && b != b'\\' as usize {
+            table[b] = (b as u8).to_ascii_lowercase();
+        }
+        b += 1;
+    }
+    table
+};
+
 /// Words of the bitmap of hashes a set has listed.
 const SEEN_WORDS: usize = 1 << (HASH_BITS - 6);
 
@@ -232,7 +247,9 @@ impl Trigrams {
         let bytes = json.as_bytes();
         let (mut i, mut in_string) = (0, false);
         loop {
-            i = self.add_plain_run(bytes, i);
+            if self.filled >= 2 {
+                i = self.add_plain_run(bytes, i);
+            }
             let Some(&b) = bytes.get(i) else { break };
             if !b.is_ascii() {
                 let c = json[i..].chars().next()?;
@@ -257,24 +274,25 @@ impl Trigrams {
         Some(())
     }
 
-    /// Adds the run of ASCII bytes other than quotes and backslashes that starts at `bytes[i]`,
-    /// and returns where it ends: most of a member, read with the window in a register.
+    /// Adds the run of plain bytes ([`PLAIN_LOWER`]) that starts at `bytes[i]`, and returns where
+    /// it ends: most of a member, read with the window in a register. The window must hold two
+    /// characters of the text already, so that each byte makes a trigram.
     #[inline]
     fn add_plain_run(&mut self, bytes: &[u8], mut i: usize) -> usize {
-        let (start, mut window, mut filled) = (i, self.window, self.filled);
+        debug_assert!(self.filled >= 2);
+        let (start, mut window) = (i, self.window);
         let (seen, listed) = (&mut self.seen, &mut self.listed);
         while let Some(&b) = bytes.get(i) {
-            if !b.is_ascii() || b == b'"' || b == b'\\' {
+            let lower = PLAIN_LOWER[usize::from(b)];
+            if lower == 0 {
                 break;
             }
-            window = slide(window, u32::from(b.to_ascii_lowercase()));
-            filled += 1;
-            if filled >= 3 {
-                list(seen, listed, window);
-            }
+            window = slide(window, u32::from(lower));
+            list(seen, listed, window);
             i += 1;
         }
-        (self.window, self.filled) = (window, filled);
+        self.window = window;
+        self.filled += i - start;
         self.chars += i - start;
         i
     }
