@@ -2,7 +2,6 @@
 //! [`FeedbackQuery`] as one parameterised statement. User values only ever travel as bound
 //! parameters; the only text spliced in is column names and operators chosen from enums here.
 
-use heddle_proto::ProjectId;
 use heddle_proto::calls::{
     CallColumn, CallField, CallsFilter, CallsQuery, FeedbackSel, FeedbackTarget, JsonRoot,
 };
@@ -13,7 +12,7 @@ use rusqlite::types::Value;
 
 use super::buckets::in_project;
 use super::id_directory::by_id;
-use super::op_keys;
+use super::op_keys::op_keys_of;
 use super::otel_resources::RESOURCE_OF_ROW;
 use super::project_keys::{ID_OF_ROW, key_of};
 
@@ -194,11 +193,12 @@ pub(crate) fn where_clause(sql: &mut Sql, q: &CallsQuery) {
         sql.push(" AND rowid IN (").push(by_id).push(")");
         sql.params.extend([ids.clone(), project(), ids, project()]);
     }
-    filter(sql, &q.filter, &q.project);
+    filter(sql, &q.filter, project);
     and_expr(sql, q.expr.as_ref());
 }
 
-fn filter(sql: &mut Sql, f: &CallsFilter, project: &ProjectId) {
+/// `project` gives the query's project id as a parameter, for the statements that need its key.
+fn filter(sql: &mut Sql, f: &CallsFilter, project: impl Fn() -> Value) {
     // Listed call ids are found by rowid in `where_clause`; testing each row's id again would
     // add nothing.
     for (col, list) in f.memberships().filter(|&(col, _)| col != "id") {
@@ -206,8 +206,8 @@ fn filter(sql: &mut Sql, f: &CallsFilter, project: &ProjectId) {
     }
     // Ops are indexed by key: the names select the project's keys (docs/storage.md#op-keys).
     if let Some((exact, prefixes)) = f.op_name_patterns() {
-        sql.push(" AND op_key IN (").push(op_keys::KEYS_OF_NAMES).push(key_of!("?"));
-        sql.params.push(Value::Text(project.as_str().to_owned()));
+        sql.push(" AND op_key IN (").push(op_keys_of!(key_of!("?")));
+        sql.params.push(project());
         sql.push(" AND (name IN ").bind_list(&exact);
         for prefix in prefixes {
             sql.push(" OR substr(name, 1, ")

@@ -7,15 +7,20 @@
 //! as well, which reads and query expressions use.
 //!
 //! The writer gives an op its key in the transaction that writes its first call ([`key`]); keys
-//! are never reused or removed. A filter on op names finds their keys with [`KEYS_OF_NAMES`].
+//! are never reused or removed. A filter on op names finds their keys with [`op_keys_of!`].
 
 use rusqlite::Connection;
 
 use super::writer::rowid_or_insert;
 
-/// The start of a subquery for the keys of the ops of the project whose key is the SQL expression
-/// that follows it; the caller adds that expression and the condition on `name`.
-pub(crate) const KEYS_OF_NAMES: &str = "SELECT op_key FROM call_ops WHERE project_key = ";
+/// The keys and names (`name`) of the ops of the project whose key is the SQL expression `$key`,
+/// as a query; the caller adds the condition on `name` with `AND`.
+macro_rules! op_keys_of {
+    ($key:expr) => {
+        concat!("SELECT op_key FROM call_ops WHERE project_key = ", $key)
+    };
+}
+pub(crate) use op_keys_of;
 
 const SELECT: &str = "SELECT op_key FROM call_ops WHERE project_key = ?1 AND name = ?2";
 const INSERT: &str = "INSERT INTO call_ops (project_key, name) VALUES (?1, ?2)";
