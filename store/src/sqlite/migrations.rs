@@ -28,6 +28,7 @@ const MIGRATIONS: &[&str] = &[
     include_str!("migrations/0020_id_directory.sql"),
     include_str!("migrations/0021_writer_generation.sql"),
     include_str!("migrations/0022_op_keys.sql"),
+    include_str!("migrations/0023_text_index_merges.sql"),
 ];
 
 pub const LATEST: i64 = MIGRATIONS.len() as i64;
@@ -113,6 +114,18 @@ mod tests {
                 "tables"
             ]
         );
+    }
+
+    #[test]
+    fn the_substring_index_merges_eight_segments_a_level() {
+        // FTS5 keeps the setting in its config table, for every later connection to read.
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = Connection::open(dir.path().join("db")).unwrap();
+        migrate(&mut conn).unwrap();
+        let automerge: i64 = conn
+            .query_row("SELECT v FROM calls_text_config WHERE k = 'automerge'", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(automerge, 8);
     }
 
     #[test]
