@@ -253,10 +253,8 @@ impl<'t> Specials<'t> {
     /// special byte found inline").
     #[inline(always)]
     pub(crate) fn next(&mut self, at: usize) -> Option<usize> {
-        // Below `base` the difference wraps past 64.
-        let offset = at.wrapping_sub(self.base);
-        if offset < 64 {
-            let rest = self.mask >> offset;
+        if self.holds(at) {
+            let rest = self.mask >> (at - self.base);
             if rest != 0 {
                 return Some(at + rest.trailing_zeros() as usize);
             }
@@ -264,24 +262,27 @@ impl<'t> Specials<'t> {
         self.next_in_later_blocks(at)
     }
 
-    /// [`Specials::next`] past the block at hand: `at` is outside it, or nothing after `at` in
-    /// it ends string text.
+    /// Whether `at` is in the block at hand.
+    #[inline(always)]
+    fn holds(&self, at: usize) -> bool {
+        // Below `base` the difference wraps past 64.
+        at.wrapping_sub(self.base) < 64
+    }
+
+    /// [`Specials::next`] past the block at hand: `at` is outside it, or nothing from `at` to
+    /// its end ends string text, so the search starts at the block after it.
     #[inline(never)]
     fn next_in_later_blocks(&mut self, at: usize) -> Option<usize> {
-        if at < self.base || at - self.base >= 64 {
-            self.load(at);
-        }
-        let mut from = at;
+        let mut from = if self.holds(at) { self.base + 64 } else { at };
         loop {
-            let rest = self.mask >> (from - self.base);
-            if rest != 0 {
-                return Some(from + rest.trailing_zeros() as usize);
-            }
-            from = self.base + 64;
             if from >= self.text.len() {
                 return None;
             }
             self.load(from);
+            if self.mask != 0 {
+                return Some(from + self.mask.trailing_zeros() as usize);
+            }
+            from += 64;
         }
     }
 
