@@ -13,8 +13,8 @@ use rusqlite::Connection;
 
 use super::writer::rowid_or_insert;
 
-/// The keys and names (`name`) of the ops of the project whose key is the SQL expression `$key`,
-/// as a query; the caller adds the condition on `name` with `AND`.
+/// A query for the keys of the ops of the project whose key is the SQL expression `$key`; the
+/// caller adds its condition on the ops' `name` with `AND`.
 macro_rules! op_keys_of {
     ($key:expr) => {
         concat!("SELECT op_key FROM call_ops WHERE project_key = ", $key)
